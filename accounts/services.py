@@ -1,0 +1,100 @@
+"""Writes for identities. Keyword-only, typed and atomic."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from accounts.models import ApiToken, Membership, Organization, Role, Team, User, hash_token
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    token: ApiToken
+    raw: str
+
+
+def _generate_raw_token() -> str:
+    return settings.TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@transaction.atomic
+def create_token(
+    *,
+    user: User,
+    organization: Organization,
+    name: str = "",
+    expires_at: datetime | None = None,
+    read_only: bool = False,
+) -> IssuedToken:
+    """Create a token and return its raw value, which is never stored and cannot be shown again."""
+    raw = _generate_raw_token()
+    token = ApiToken.objects.create(
+        user=user,
+        organization=organization,
+        name=name,
+        prefix=raw[: len(settings.TOKEN_PREFIX) + 6],
+        token_hash=hash_token(raw),
+        expires_at=expires_at,
+        read_only=read_only,
+    )
+    return IssuedToken(token=token, raw=raw)
+
+
+@transaction.atomic
+def revoke_token(*, token: ApiToken) -> ApiToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+@transaction.atomic
+def ensure_member(*, org_slug: str, email: str, role: str | None = None, org_name: str | None = None) -> Membership:
+    """Get or create the organization, the user and their membership (used by bootstrap commands)."""
+    slug = slugify(org_slug)
+    if not slug or slug != org_slug:
+        raise ValueError(f"{org_slug!r} is not a valid organization slug (lowercase letters, digits, dashes).")
+    if role is not None and role not in Role.values:
+        raise ValueError(f"role must be one of {', '.join(Role.values)}")
+    organization, _ = Organization.objects.get_or_create(slug=slug, defaults={"name": org_name or slug})
+    user = User.objects.filter(email__iexact=email).first()
+    if user is None:
+        user = User.objects.create_user(email=email)
+    membership, created = Membership.objects.get_or_create(
+        user=user, organization=organization, defaults={"role": role or Role.MEMBER}
+    )
+    if not created and role is not None and membership.role != role:
+        membership.role = role
+        membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def update_organization(
+    *, organization: Organization, name: str | None = None, sandboxes_enabled: bool | None = None
+) -> Organization:
+    fields: list[str] = []
+    if name is not None:
+        organization.name = name
+        fields.append("name")
+    if sandboxes_enabled is not None:
+        organization.sandboxes_enabled = sandboxes_enabled
+        fields.append("sandboxes_enabled")
+    if fields:
+        organization.save(update_fields=[*fields, "updated_at"])
+    return organization
+
+
+@transaction.atomic
+def create_team(*, organization: Organization, name: str, members: list[User] | None = None) -> Team:
+    team = Team.objects.create(organization=organization, name=name, slug=slugify(name)[:64] or "team")
+    if members:
+        team.members.set(members)
+    return team

@@ -1,0 +1,94 @@
+"""Bearer-token authentication, shared by DRF views, plain async views and WebSocket consumers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from accounts.models import ApiToken, Membership, User, hash_token
+from common.errors import ApiError
+from common.principal import Principal
+
+# last_used_at is informational; writing it on every request would turn every read into a write.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class InvalidToken(Exception):  # noqa: N818 - reads as a condition, like Http404
+    pass
+
+
+def principal_from_raw_token(raw: str) -> Principal:
+    """Resolve a raw bearer token to a Principal or raise InvalidToken (always the same message)."""
+    if not raw:
+        raise InvalidToken
+    token = ApiToken.objects.select_related("user", "organization").filter(token_hash=hash_token(raw)).first()
+    if token is None or not token.is_active or not token.user.is_active:
+        raise InvalidToken
+    membership = Membership.objects.filter(user=token.user, organization=token.organization).only("role").first()
+    if membership is None:
+        raise InvalidToken
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return Principal(
+        user=token.user,
+        organization=token.organization,
+        role=membership.role,
+        token=token,
+        read_only=token.read_only,
+    )
+
+
+def bearer_from_header(value: str | None) -> str | None:
+    """The token in an ``Authorization: Bearer`` header, '' for a malformed one, None when absent."""
+    if not value:
+        return None
+    scheme, _, credentials = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return ""
+    return credentials.strip()
+
+
+def principal_for_request(request: HttpRequest) -> Principal:
+    """For views outside DRF (streaming async views): raise ApiError 401 unless a valid bearer is sent."""
+    raw = bearer_from_header(request.headers.get("Authorization"))
+    if raw is None:
+        raise ApiError(
+            status_code=401, code="not_authenticated", message="Authentication credentials were not provided."
+        )
+    try:
+        return principal_from_raw_token(raw)
+    except InvalidToken:
+        raise ApiError(status_code=401, code="authentication_failed", message="Invalid or expired token.") from None
+
+
+aprincipal_for_request = sync_to_async(principal_for_request)
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[User, Principal] | None:
+        raw = bearer_from_header(request.META.get("HTTP_AUTHORIZATION"))
+        if raw is None:
+            return None
+        try:
+            principal = principal_from_raw_token(raw)
+        except InvalidToken:
+            raise exceptions.AuthenticationFailed("Invalid or expired token.") from None
+        return principal.user, principal
+
+    def authenticate_header(self, request: Request) -> str:
+        # Without this DRF would answer 403 instead of 401 for a missing token.
+        return 'Bearer realm="api"'
+
+
+def get_principal(request: Any) -> Principal:
+    principal = getattr(request, "auth", None)
+    if not isinstance(principal, Principal):
+        raise exceptions.NotAuthenticated()
+    return principal

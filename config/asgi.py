@@ -1,0 +1,24 @@
+"""ASGI entry point: daphne serves HTTP and WebSocket from this one application."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+# Django must be set up before anything imports models (the routing modules below do).
+django_asgi_app = get_asgi_application()
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+
+from common.ws_auth import BearerTokenWebSocketMiddleware  # noqa: E402
+from config.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": BearerTokenWebSocketMiddleware(URLRouter(websocket_urlpatterns)),
+    }
+)
