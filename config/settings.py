@@ -218,4 +218,7 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
+# How much of each exec's stdout and stderr the audit log keeps (byte counts are always complete).
+AUDIT_OUTPUT_CAP_BYTES = env_int("AUDIT_OUTPUT_CAP_BYTES", 64 * 1024, minimum=0)
+
 HEALTH_TIMEOUT_SECONDS = env_float("HEALTH_TIMEOUT_SECONDS", 2.0, minimum=0.1)
