@@ -79,6 +79,8 @@ for _app in ("audit", "sandboxes", "terminal", "skills", "toolapi"):
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves the dashboard's and Swagger UI's static files from daphne itself: no separate web server.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -140,6 +142,9 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Outside production, files are found in the apps directly, so no collectstatic step is needed.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = DEBUG
 
 SESSION_COOKIE_SECURE = PRODUCTION
 CSRF_COOKIE_SECURE = PRODUCTION
