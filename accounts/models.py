@@ -125,6 +125,8 @@ class ApiToken(models.Model):
     token_hash = models.CharField(max_length=64, unique=True)
     # Read-only tokens may only read, except where a view explicitly allows calls (tool calls).
     read_only = models.BooleanField(default=False)
+    # Set on tokens issued to a sandbox: they are revoked when the sandbox is destroyed.
+    sandbox_id = models.CharField(max_length=40, blank=True, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)

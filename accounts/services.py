@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from accounts import oidc
 from accounts.models import ApiToken, Membership, Organization, Role, Team, User, hash_token
 
 
@@ -32,6 +33,7 @@ def create_token(
     name: str = "",
     expires_at: datetime | None = None,
     read_only: bool = False,
+    sandbox_id: str = "",
 ) -> IssuedToken:
     """Create a token and return its raw value, which is never stored and cannot be shown again."""
     raw = _generate_raw_token()
@@ -43,8 +45,45 @@ def create_token(
         token_hash=hash_token(raw),
         expires_at=expires_at,
         read_only=read_only,
+        sandbox_id=sandbox_id,
     )
     return IssuedToken(token=token, raw=raw)
+
+
+@transaction.atomic
+def issue_sandbox_token(*, user: User, organization: Organization, sandbox_id: str) -> IssuedToken:
+    """A read-only token bound to a sandbox, living SANDBOX_API_TOKEN_SECONDS."""
+    return create_token(
+        user=user,
+        organization=organization,
+        name=f"sandbox {sandbox_id}",
+        expires_at=timezone.now() + timedelta(seconds=settings.SANDBOX_API_TOKEN_SECONDS),
+        read_only=True,
+        sandbox_id=sandbox_id,
+    )
+
+
+def revoke_sandbox_tokens(*, sandbox_id: str) -> int:
+    """Called when a sandbox is destroyed: its credentials die with it."""
+    return ApiToken.objects.filter(sandbox_id=sandbox_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def exchange_identity_token(*, subject_token: str) -> IssuedToken:
+    """RFC 8693: a verified identity token of a live sandbox buys a short-lived read-only API token."""
+    claims = oidc.verify_identity_token(subject_token)
+    subject = oidc.resolve_subject(claims)
+    if subject is None:
+        raise oidc.IdentityTokenError("the subject is unknown or no longer exists")
+    membership = (
+        Membership.objects.select_related("user", "organization")
+        .filter(user_id=subject.user_id, organization_id=subject.organization_id)
+        .first()
+    )
+    if membership is None or not membership.user.is_active:
+        raise oidc.IdentityTokenError("the subject's user is no longer a member of the organization")
+    return issue_sandbox_token(
+        user=membership.user, organization=membership.organization, sandbox_id=subject.sandbox_id
+    )
 
 
 @transaction.atomic

@@ -42,6 +42,7 @@ def principal_from_raw_token(raw: str) -> Principal:
         role=membership.role,
         token=token,
         read_only=token.read_only,
+        sandbox_id=token.sandbox_id,
     )
 
 

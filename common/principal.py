@@ -14,6 +14,7 @@ class Principal:
     role: str
     token: ApiToken | None
     read_only: bool = False
+    sandbox_id: str = ""
 
     @property
     def is_admin(self) -> bool:

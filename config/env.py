@@ -6,10 +6,12 @@ is caught at start-up instead of surfacing as odd behaviour later.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -74,6 +76,16 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_json(name: str, default: Any) -> Any:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name} is not valid JSON: {exc}") from exc
 
 
 def env_choice(name: str, default: str, choices: set[str]) -> str:

@@ -12,12 +12,14 @@ from pathlib import Path
 import dj_database_url
 import django_stubs_ext
 from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
     env_bool,
     env_choice,
     env_float,
     env_int,
+    env_json,
     env_list,
     env_str,
     local_secret,
@@ -142,6 +144,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Outside production, files are found in the apps directly, so no collectstatic step is needed.
 WHITENOISE_USE_FINDERS = not PRODUCTION
 WHITENOISE_AUTOREFRESH = DEBUG
@@ -188,7 +191,6 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_RATES": {"token_exchange": env_str("THROTTLE_TOKEN_EXCHANGE", "120/min")},
 }
 
 SPECTACULAR_SETTINGS = {
@@ -222,6 +224,22 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# OIDC: this service issues identity tokens to its own sandboxes (local runtime) and publishes the keys.
+# Signing keys are PEM files, the first one signs; list several to rotate (all are published in the JWKS).
+OIDC_SIGNING_KEY_FILES = env_list("OIDC_SIGNING_KEY_FILES", [])
+OIDC_GENERATED_KEY_FILE = VAR_DIR / "oidc" / "signing-key.pem"
+OIDC_ISSUER = (env_str("OIDC_ISSUER") or BASE_URL).rstrip("/")
+OIDC_AUDIENCE = env_str("OIDC_AUDIENCE", "svc") or "svc"
+# Other issuers whose identity tokens the exchange accepts (e.g. a Kubernetes cluster's service-account
+# issuer), as JSON: [{"issuer": "...", "jwksUri": "...", "audience": "..."}].
+OIDC_TRUSTED_ISSUERS: list[dict[str, str]] = env_json("OIDC_TRUSTED_ISSUERS", [])
+if not isinstance(OIDC_TRUSTED_ISSUERS, list) or not all(
+    isinstance(item, dict) and {"issuer", "jwksUri"} <= set(item) for item in OIDC_TRUSTED_ISSUERS
+):
+    raise ImproperlyConfigured('OIDC_TRUSTED_ISSUERS must be a JSON list of {"issuer", "jwksUri", "audience"?}.')
+SANDBOX_IDENTITY_TOKEN_SECONDS = env_int("SANDBOX_IDENTITY_TOKEN_SECONDS", 300, minimum=10)
+SANDBOX_API_TOKEN_SECONDS = env_int("SANDBOX_API_TOKEN_SECONDS", 3600, minimum=10)
 
 # How much of each exec's stdout and stderr the audit log keeps (byte counts are always complete).
 AUDIT_OUTPUT_CAP_BYTES = env_int("AUDIT_OUTPUT_CAP_BYTES", 64 * 1024, minimum=0)

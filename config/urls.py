@@ -32,6 +32,7 @@ urlpatterns: list[Any] = [
     path("api/v1/", include(api_v1)),
     path("api/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    path("", include("accounts.root_urls")),
     path("admin/", admin.site.urls),
     path("", include("dashboard.urls")),
 ]
