@@ -126,6 +126,8 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Opt in to Django 6's default now: a scheme-less URL typed in a form means https.
+FORMS_URLFIELD_ASSUME_HTTPS = True
 
 AUTH_USER_MODEL = "accounts.User"
 AUTH_PASSWORD_VALIDATORS = [
@@ -245,3 +247,10 @@ SANDBOX_API_TOKEN_SECONDS = env_int("SANDBOX_API_TOKEN_SECONDS", 3600, minimum=1
 AUDIT_OUTPUT_CAP_BYTES = env_int("AUDIT_OUTPUT_CAP_BYTES", 64 * 1024, minimum=0)
 
 HEALTH_TIMEOUT_SECONDS = env_float("HEALTH_TIMEOUT_SECONDS", 2.0, minimum=0.1)
+
+# Tool HTTP API (toolapi/): SSE keepalive interval, discovery schedule and upstream connection limits.
+TOOLAPI_KEEPALIVE_SECONDS = env_float("TOOLAPI_KEEPALIVE_SECONDS", 15.0, minimum=0.05)
+TOOLAPI_REFRESH_SECONDS = env_float("TOOLAPI_REFRESH_SECONDS", 300.0, minimum=1)
+TOOLAPI_CONNECT_TIMEOUT_SECONDS = env_float("TOOLAPI_CONNECT_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+TOOLAPI_DEFAULT_TIMEOUT_SECONDS = env_float("TOOLAPI_DEFAULT_TIMEOUT_SECONDS", 300.0, minimum=0.1)
+TOOLAPI_UPSTREAM_IDLE_SECONDS = env_float("TOOLAPI_UPSTREAM_IDLE_SECONDS", 300.0, minimum=1)

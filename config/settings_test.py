@@ -18,3 +18,15 @@ from config.settings import VAR_DIR
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 TEST_VAR_DIR: Path = VAR_DIR
+
+# SQLite tests use a file (not memory) so a live server started by a test in another process sees the
+# same database.
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
+else:
+    # One test database per run, so concurrent runs on one server (developers, CI) never drop each
+    # other's tables.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_svc_{os.getpid()}"}  # noqa: F405
+# A live server process started by the tests points at the test database the test run created.
+if os.environ.get("SVC_TEST_DATABASE_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["SVC_TEST_DATABASE_NAME"]  # noqa: F405

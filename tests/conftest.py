@@ -74,3 +74,11 @@ def team(owner: Actor, teammate: Actor) -> Team:
 @pytest.fixture
 def anon() -> Client:
     return Client()
+
+
+@pytest.fixture
+def live(transactional_db: Any) -> Any:
+    """A daphne process serving the app on a free loopback port (see tests/live.py)."""
+    from tests.live import live_server_fixture
+
+    yield from live_server_fixture()

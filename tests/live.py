@@ -1,0 +1,90 @@
+"""A real daphne process serving the app against the test database, for streaming and WebSocket tests.
+
+Tests that use it must commit their data (``@pytest.mark.django_db(transaction=True)``), since the
+server is another process with its own connection.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LiveServer:
+    url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_live_server(extra_env: dict[str, str] | None = None) -> LiveServer:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "SVC_VAR_DIR": str(settings.VAR_DIR),
+        "SVC_TEST_DATABASE_NAME": str(connection.settings_dict["NAME"]),
+        "PORT": str(port),
+        "BASE_URL": f"http://127.0.0.1:{port}",
+        **(extra_env or {}),
+    }
+    log_path = Path(settings.VAR_DIR) / f"live-{port}.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    server = LiveServer(url=f"http://127.0.0.1:{port}", port=port, process=process, log_path=log_path)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"live server exited:\n{server.log()}")
+        try:
+            httpx.get(f"{server.url}/healthz", timeout=1)
+            return server
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"live server did not start:\n{server.log()}")
+
+
+def stop_live_server(server: LiveServer) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+def live_server_fixture() -> Iterator[LiveServer]:
+    server = start_live_server()
+    try:
+        yield server
+    finally:
+        stop_live_server(server)
