@@ -1,0 +1,209 @@
+"""The tool HTTP API: the OpenAPI document and tool calls (JSON, form fields, or an SSE stream).
+
+These are plain async views rather than DRF views: a call may stream for minutes and must notice
+the caller leaving, which DRF's synchronous request cycle cannot do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from common.auth import principal_for_request
+from common.errors import ApiError, error_body, error_response
+from common.principal import Principal
+from toolapi import catalog, selectors, services
+from toolapi.models import CallChannel, CallStatus, McpTool
+from toolapi.upstream import UpstreamProtocolError, UpstreamTarget, UpstreamTimeout, UpstreamUnreachable, hub
+from toolapi.validation import coerce_form, validation_details
+
+logger = logging.getLogger(__name__)
+
+JSON_TYPES = ("application/json", "text/json")
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _json(body: dict[str, Any], status: int = 200) -> HttpResponse:
+    return HttpResponse(
+        json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
+        status=status,
+        content_type="application/json",
+    )
+
+
+def _server_url(request: HttpRequest) -> str:
+    return f"{request.scheme}://{request.get_host()}"
+
+
+@csrf_exempt
+async def openapi_json(request: HttpRequest) -> HttpResponseBase:
+    try:
+        principal = await sync_to_async(principal_for_request)(request)
+        if request.method not in ("GET", "HEAD"):
+            return error_response(405, "method_not_allowed", "Method not allowed.")
+        body = await sync_to_async(catalog.openapi_bytes)(principal=principal, server_url=_server_url(request))
+    except ApiError as exc:
+        return error_response(exc.status_code, exc.code, exc.message, exc.details)
+    return HttpResponse(body, content_type="application/json")
+
+
+@dataclass
+class _Call:
+    principal: Principal
+    tool: McpTool
+    target: UpstreamTarget
+
+
+def _resolve(request: HttpRequest, tool_name: str) -> _Call:
+    """Authenticate and look the tool up in one thread hop: each hop costs latency on every call."""
+    principal = principal_for_request(request)
+    if request.method != "POST":
+        raise ApiError(status_code=405, code="method_not_allowed", message="Tools are called with POST.")
+    tool = selectors.tool_for_call(principal=principal, name=tool_name)
+    if tool is None:
+        raise ApiError(status_code=404, code="not_found", message=f"Tool {tool_name!r} not found.")
+    return _Call(principal=principal, tool=tool, target=services.target_for(tool.server))
+
+
+def _arguments(request: HttpRequest, tool: McpTool) -> Any:
+    content_type = (request.content_type or "").lower()
+    if content_type in FORM_TYPES:
+        return coerce_form({key: request.POST.getlist(key) for key in request.POST}, tool.input_schema)
+    if request.body.strip() == b"":
+        return {}
+    if content_type and content_type not in JSON_TYPES and not content_type.endswith("+json"):
+        raise ApiError(
+            status_code=415,
+            code="unsupported_media_type",
+            message="Send the arguments as application/json or as form fields.",
+        )
+    try:
+        return json.loads(request.body)
+    except ValueError as exc:
+        raise ApiError(status_code=400, code="malformed_request", message=f"The body is not valid JSON: {exc}") from exc
+
+
+def _upstream_error(exc: Exception) -> tuple[int, str, CallStatus]:
+    if isinstance(exc, UpstreamTimeout):
+        return 504, "upstream_timeout", CallStatus.TIMEOUT
+    if isinstance(exc, UpstreamUnreachable):
+        return 502, "upstream_unreachable", CallStatus.UNREACHABLE
+    return 502, "upstream_error", CallStatus.UPSTREAM_ERROR
+
+
+async def _audit(call: _Call, channel: CallChannel, status: CallStatus, is_error: bool, started: float, sizes: tuple[int, int]) -> None:
+    record = sync_to_async(services.record_call)(
+        principal=call.principal,
+        tool=call.tool,
+        channel=channel,
+        status=status,
+        is_error=is_error,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        request_bytes=sizes[0],
+        response_bytes=sizes[1],
+    )
+    try:
+        # Shielded: a call whose caller went away is still recorded.
+        await asyncio.shield(record)
+    except Exception:
+        logger.exception("recording the call of %s failed", call.tool.name)
+
+
+def _wants_stream(request: HttpRequest) -> bool:
+    return "text/event-stream" in request.headers.get("Accept", "")
+
+
+@csrf_exempt
+async def call_tool(request: HttpRequest, tool_name: str) -> HttpResponseBase:
+    started = time.perf_counter()
+    try:
+        call = await sync_to_async(_resolve)(request, tool_name)
+        arguments = _arguments(request, call.tool)
+    except ApiError as exc:
+        return error_response(exc.status_code, exc.code, exc.message, exc.details)
+    request_bytes = len(request.body)
+
+    details = validation_details(call.tool.input_schema, arguments)
+    if details is not None:
+        await _audit(call, CallChannel.HTTP, CallStatus.INVALID, True, started, (request_bytes, 0))
+        return error_response(400, "validation_error", "The arguments do not match the tool's input schema.", details)
+
+    if _wants_stream(request):
+        return _stream(call, arguments, started, request_bytes)
+
+    upstream = hub.call_tool(call.target, call.tool.upstream_name, arguments)
+    try:
+        result = await upstream
+    except asyncio.CancelledError:
+        await _audit(call, CallChannel.HTTP, CallStatus.CANCELLED, True, started, (request_bytes, 0))
+        raise
+    except (UpstreamUnreachable, UpstreamTimeout, UpstreamProtocolError) as exc:
+        status_code, code, status = _upstream_error(exc)
+        response = error_response(status_code, code, str(exc))
+        await _audit(call, CallChannel.HTTP, status, True, started, (request_bytes, len(response.content)))
+        return response
+    response = _json(catalog.serialize_result(result))
+    status = CallStatus.TOOL_ERROR if result.is_error else CallStatus.OK
+    await _audit(call, CallChannel.HTTP, status, bool(result.is_error), started, (request_bytes, len(response.content)))
+    return response
+
+
+def _stream(call: _Call, arguments: Any, started: float, request_bytes: int) -> StreamingHttpResponse:
+    """SSE: `: keepalive` comments while the tool runs, then one standard `data:` event, then EOF.
+
+    The result is a plain `data:` line (the default "message" event) because that is what
+    EventSource and every SSE library deliver; comment lines are ignored by them, which is exactly
+    what keepalives are for. An upstream failure after the stream started is sent as an
+    `event: error` whose data is the usual error body.
+    """
+    interval = float(settings.TOOLAPI_KEEPALIVE_SECONDS)
+
+    async def events() -> AsyncIterator[bytes]:
+        task: asyncio.Task[types.CallToolResult] = asyncio.ensure_future(
+            hub.call_tool(call.target, call.tool.upstream_name, arguments)
+        )
+        status, is_error, sent = CallStatus.CANCELLED, True, 0
+        try:
+            while True:
+                done, _pending = await asyncio.wait({task}, timeout=interval)
+                if done:
+                    break
+                chunk = b": keepalive\n\n"
+                sent += len(chunk)
+                yield chunk
+            try:
+                result = task.result()
+            except (UpstreamUnreachable, UpstreamTimeout, UpstreamProtocolError) as exc:
+                status_code, code, status = _upstream_error(exc)
+                body = error_body(code, str(exc), {"status": status_code})
+                chunk = b"event: error\ndata: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+            else:
+                status = CallStatus.TOOL_ERROR if result.is_error else CallStatus.OK
+                is_error = bool(result.is_error)
+                payload = json.dumps(catalog.serialize_result(result), separators=(",", ":"), ensure_ascii=False)
+                chunk = b"data: " + payload.encode() + b"\n\n"
+            sent += len(chunk)
+            yield chunk
+        finally:
+            if not task.done():
+                # The caller went away: stop the upstream call too.
+                task.cancel()
+                status, is_error = CallStatus.CANCELLED, True
+            await _audit(call, CallChannel.SSE, status, is_error, started, (request_bytes, sent))
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    # Reverse proxies (nginx) would otherwise hold the keepalives back in their buffers.
+    response["X-Accel-Buffering"] = "no"
+    return response
