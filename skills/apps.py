@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SkillsConfig(AppConfig):
+    name = "skills"
+    default_auto_field = "django.db.models.BigAutoField"
