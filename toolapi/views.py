@@ -132,7 +132,8 @@ async def call_tool(request: HttpRequest, tool_name: str) -> HttpResponseBase:
         arguments = _arguments(request, call.tool)
     except ApiError as exc:
         return error_response(exc.status_code, exc.code, exc.message, exc.details)
-    request_bytes = len(request.body)
+    # From the header: a multipart body has been consumed by the parser and cannot be measured again.
+    request_bytes = int(request.META.get("CONTENT_LENGTH") or 0)
 
     details = validation_details(call.tool.input_schema, arguments)
     if details is not None:
