@@ -37,6 +37,6 @@ urlpatterns: list[Any] = [
     path("", include("dashboard.urls")),
 ]
 # Areas with their own non-/api/v1 routes (the tool HTTP API, OIDC discovery) expose `root_urls`.
-for _app in ("sandboxes", "toolapi"):
+for _app in ("sandboxes", "toolapi", "skills"):
     if _exists(f"{_app}.root_urls"):
         urlpatterns.insert(0, path("", include(f"{_app}.root_urls")))

@@ -62,9 +62,10 @@ class Skill(models.Model):
     content_bytes = models.PositiveIntegerField(default=0, editable=False)
     etag = models.CharField(max_length=64, blank=True, editable=False)
     visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.ORGANIZATION)
-    # PROTECT: a collection is deleted only once empty (see docs/skills.md).
+    # RESTRICT: a collection is deleted only once empty (see docs/skills.md), yet deleting the whole
+    # organization still cascades to both (PROTECT would block that).
     collection = models.ForeignKey(
-        SkillCollection, on_delete=models.PROTECT, null=True, blank=True, related_name="skills"
+        SkillCollection, on_delete=models.RESTRICT, null=True, blank=True, related_name="skills"
     )
     created_by = models.ForeignKey(User, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     shared_with_users = models.ManyToManyField(User, blank=True, related_name="skills_shared_with")

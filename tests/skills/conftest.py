@@ -38,11 +38,11 @@ def create_skill(actor: Actor, **fields: Any) -> dict[str, Any]:
     body = {"name": "a-skill", "description": "Use for tests.", "content": "# Steps\n\nDo it.\n", **fields}
     response = api(actor.client(), "post", "/api/v1/skills", body)
     assert response.status_code == 201, response.content
-    return response.json()  # type: ignore[no-any-return]
+    return response.json()
 
 
 def create_collection(actor: Actor, **fields: Any) -> dict[str, Any]:
     body = {"name": "a-collection", "description": "Things.", **fields}
     response = api(actor.client(), "post", "/api/v1/skill-collections", body)
     assert response.status_code == 201, response.content
-    return response.json()  # type: ignore[no-any-return]
+    return response.json()

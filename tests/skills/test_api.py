@@ -122,6 +122,8 @@ def test_put_seed_contract(owner: Actor) -> None:
         ({"content": ""}, "content"),
         ({"content": "x" * 204_801}, "content"),
         ({"visibility": "public"}, "visibility"),
+        ({"content": "lone \ud800 surrogate"}, "content"),
+        ({"description": "nul \x00 char"}, "description"),
         ({"collectionId": "skc_nope"}, "collectionId"),
         ({"sharedWithUserIds": ["usr_nope"]}, "sharedWithUserIds"),
         ({"maintainerTeamIds": ["team_nope"]}, "maintainerTeamIds"),

@@ -98,12 +98,14 @@ def _target(owner: Actor) -> str:
 
 # --- properties ------------------------------------------------------------------------------------
 
-_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=60)
+# Lone surrogates cannot be encoded and NUL cannot be stored; both are refused (tested above).
+_CHARS = st.characters(exclude_categories=["Cs"], exclude_characters="\x00")
+_text = st.text(_CHARS, min_size=1, max_size=60)
 names = st.from_regex(r"\A[a-z0-9]{1,10}(-[a-z0-9]{1,10}){0,4}\Z")
 descriptions = _text.filter(lambda value: bool(value.strip()))
-contents = st.text(
-    st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=400
-).filter(lambda value: bool(skillmd.normalize_content(value).strip()))
+contents = st.text(_CHARS, min_size=1, max_size=400).filter(
+    lambda value: bool(skillmd.normalize_content(value).strip())
+)
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _text
 json_values = st.recursive(
     json_scalars,
