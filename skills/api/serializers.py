@@ -2,51 +2,53 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from skills import skillmd
-from skills.models import Skill, Visibility
-
-_ID_LIST = serializers.ListField(child=serializers.CharField())
+from skills import selectors, skillmd
+from skills.models import Skill, SkillCollection, Visibility
 
 
-@extend_schema_field(_ID_LIST)
-class IdListField(serializers.Field):
-    """Sorted ids of a prefetched many-to-many relation (sorted so a listing's ETag is stable)."""
-
-    def to_representation(self, value: Any) -> list[str]:
-        return sorted(obj.pk for obj in value.all())
+def _id_list(source: str) -> serializers.ListField:
+    # Filled by selectors.attach_*_relations (sorted, so a listing's ETag is stable).
+    return serializers.ListField(child=serializers.CharField(), source=source, read_only=True)
 
 
-@extend_schema_field(_ID_LIST)
-class CollectionIdListField(serializers.Field):
-    """A relation of the skill's collection; an empty list for a skill at the root."""
+class _AttachingListSerializer(serializers.ListSerializer):
+    """Loads the sharing/maintainer ids of a whole list at once, before the items are serialized."""
 
-    def __init__(self, relation: str, **kwargs: Any) -> None:
-        self.relation = relation
-        super().__init__(source="*", read_only=True, **kwargs)
-
-    def to_representation(self, value: Skill) -> list[str]:
-        if value.collection is None:
-            return []
-        return sorted(obj.pk for obj in getattr(value.collection, self.relation).all())
+    def to_representation(self, data: Any) -> list[Any]:
+        items = list(data.all() if hasattr(data, "all") else data)
+        attach = getattr(self.child, "attach", None)
+        if attach is not None:
+            attach(items)
+        return super().to_representation(items)
 
 
 class _CreatorFields(serializers.Serializer[Any]):
     createdByUserId = serializers.CharField(source="created_by.pk", allow_null=True, read_only=True)
     createdByUserName = serializers.CharField(source="created_by.name", allow_null=True, read_only=True)
     createdByUserEmail = serializers.CharField(source="created_by.email", allow_null=True, read_only=True)
-    sharedWithUserIds = IdListField(source="shared_with_users", read_only=True)
-    sharedWithTeamIds = IdListField(source="shared_with_teams", read_only=True)
-    maintainerUserIds = IdListField(source="maintainer_users", read_only=True)
-    maintainerTeamIds = IdListField(source="maintainer_teams", read_only=True)
+    sharedWithUserIds = _id_list("relation_ids.shared_with_users")
+    sharedWithTeamIds = _id_list("relation_ids.shared_with_teams")
+    maintainerUserIds = _id_list("relation_ids.maintainer_users")
+    maintainerTeamIds = _id_list("relation_ids.maintainer_teams")
     canEdit = serializers.BooleanField(source="can_edit", read_only=True)
     createdAt = serializers.DateTimeField(source="created_at", read_only=True)
     updatedAt = serializers.DateTimeField(source="updated_at", read_only=True)
 
 
 class SkillSerializer(_CreatorFields):
+    class Meta:
+        list_serializer_class = _AttachingListSerializer
+
+    @staticmethod
+    def attach(skills: list[Skill]) -> None:
+        selectors.attach_skill_relations(skills)
+
+    def to_representation(self, instance: Skill) -> dict[str, Any]:
+        self.attach([instance])
+        return super().to_representation(instance)
+
     id = serializers.CharField(read_only=True)
     name = serializers.CharField(read_only=True)
     description = serializers.CharField(read_only=True)
@@ -57,10 +59,10 @@ class SkillSerializer(_CreatorFields):
     collectionVisibility = serializers.ChoiceField(
         source="collection.visibility", choices=Visibility.choices, allow_null=True, read_only=True
     )
-    collectionSharedWithUserIds = CollectionIdListField("shared_with_users")
-    collectionSharedWithTeamIds = CollectionIdListField("shared_with_teams")
-    collectionMaintainerUserIds = CollectionIdListField("maintainer_users")
-    collectionMaintainerTeamIds = CollectionIdListField("maintainer_teams")
+    collectionSharedWithUserIds = _id_list("collection_relation_ids.shared_with_users")
+    collectionSharedWithTeamIds = _id_list("collection_relation_ids.shared_with_teams")
+    collectionMaintainerUserIds = _id_list("collection_relation_ids.maintainer_users")
+    collectionMaintainerTeamIds = _id_list("collection_relation_ids.maintainer_teams")
     etag = serializers.CharField(read_only=True, help_text="The ETag of this skill's skill.md, without quotes.")
 
     field_order = [
@@ -84,6 +86,17 @@ class SkillDetailSerializer(SkillSerializer):
 
 
 class SkillCollectionSerializer(_CreatorFields):
+    class Meta:
+        list_serializer_class = _AttachingListSerializer
+
+    @staticmethod
+    def attach(collections: list[SkillCollection]) -> None:
+        selectors.attach_collection_relations(collections)
+
+    def to_representation(self, instance: SkillCollection) -> dict[str, Any]:
+        self.attach([instance])
+        return super().to_representation(instance)
+
     id = serializers.CharField(read_only=True)
     name = serializers.CharField(read_only=True)
     description = serializers.CharField(read_only=True)
