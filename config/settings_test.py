@@ -30,3 +30,7 @@ else:
 # A live server process started by the tests points at the test database the test run created.
 if os.environ.get("SVC_TEST_DATABASE_NAME"):
     DATABASES["default"]["NAME"] = os.environ["SVC_TEST_DATABASE_NAME"]  # noqa: F405
+
+# One Celery queue per test run: concurrent runs sharing a Redis never take each other's tasks. The
+# variable is inherited by the worker and beat processes the tests start.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.setdefault("SVC_TEST_QUEUE", f"svc-test-{os.getpid()}")

@@ -88,3 +88,50 @@ def live_server_fixture() -> Iterator[LiveServer]:
         yield server
     finally:
         stop_live_server(server)
+
+
+@dataclass
+class CeleryProcess:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_celery(kind: str, extra_env: dict[str, str] | None = None) -> CeleryProcess:
+    """Start a real Celery ``worker`` or ``beat`` against the test database and the configured broker."""
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings_test",
+        "SVC_VAR_DIR": str(settings.VAR_DIR),
+        "SVC_TEST_DATABASE_NAME": str(connection.settings_dict["NAME"]),
+        **(extra_env or {}),
+    }
+    log_path = Path(settings.VAR_DIR) / f"celery-{kind}-{time.monotonic_ns()}.log"
+    args = [sys.executable, "-m", "celery", "-A", "config", kind, "--loglevel=INFO"]
+    if kind == "worker":
+        args += ["--concurrency=2", "--pool=prefork", f"--hostname=test-{os.getpid()}-{time.monotonic_ns()}@%h"]
+    else:
+        args += ["--schedule", str(Path(settings.VAR_DIR) / f"beat-{time.monotonic_ns()}")]
+    process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
+    started = CeleryProcess(process=process, log_path=log_path)
+    marker = "ready." if kind == "worker" else "beat: Starting"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"celery {kind} exited:\n{started.log()}")
+        if marker in started.log():
+            return started
+        time.sleep(0.2)
+    process.kill()
+    raise RuntimeError(f"celery {kind} did not start:\n{started.log()}")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
