@@ -53,7 +53,7 @@ class McpToolInline(admin.TabularInline[McpTool, McpServer]):
     extra = 0
     can_delete = False
     fields = ["name", "upstream_name", "title"]
-    readonly_fields = fields
+    readonly_fields = ["name", "upstream_name", "title"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -90,7 +90,16 @@ class McpToolAdmin(admin.ModelAdmin[McpTool]):
 
 @admin.register(ToolCall)
 class ToolCallAdmin(admin.ModelAdmin[ToolCall]):
-    list_display = ["created_at", "tool_name", "organization", "user", "token_prefix", "channel", "status", "duration_ms"]
+    list_display = [
+        "created_at",
+        "tool_name",
+        "organization",
+        "user",
+        "token_prefix",
+        "channel",
+        "status",
+        "duration_ms",
+    ]
     list_filter = ["status", "channel", "is_error"]
     search_fields = ["tool_name", "server_name", "user__email", "token_prefix", "organization__slug"]
     readonly_fields = [f.name for f in ToolCall._meta.fields]

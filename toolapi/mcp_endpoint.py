@@ -62,7 +62,9 @@ def _as_mcp_tool(tool: McpTool) -> types.Tool:
     )
 
 
-async def _list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+async def _list_tools(
+    ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
     principal = _principal(ctx)
     tools = await sync_to_async(lambda: [_as_mcp_tool(tool) for tool in selectors.catalog_tools(principal=principal)])()
     return types.ListToolsResult(tools=tools)
@@ -101,9 +103,9 @@ async def _call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallTool
         await audit(CallStatus.INVALID, True, 0)
         return result
 
-    async def progress(value: float, total: float | None, message: str | None) -> None:
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
         try:
-            await ctx.session.report_progress(value, total, message)
+            await ctx.session.report_progress(progress, total, message)
         except Exception as exc:  # the caller may have stopped listening; the call goes on
             logger.debug("progress not relayed: %s", exc)
 
@@ -139,7 +141,11 @@ async def _send_json(send: Send, status: int, body: dict[str, Any], headers: lis
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": payload})

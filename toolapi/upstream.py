@@ -30,12 +30,12 @@ from django.conf import settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 ListChangedCallback = Callable[[str], None]
 
 # A cursor loop that never ends must not hang discovery.
@@ -48,11 +48,11 @@ class UpstreamError(Exception):
     """Base of the failures that are the upstream's fault, each mapped to an HTTP status."""
 
 
-class UpstreamUnreachable(UpstreamError):
+class UpstreamUnreachable(UpstreamError):  # noqa: N818 - reads as a condition, like Http404
     pass
 
 
-class UpstreamTimeout(UpstreamError):
+class UpstreamTimeout(UpstreamError):  # noqa: N818 - reads as a condition, like Http404
     pass
 
 
@@ -104,6 +104,7 @@ class UpstreamHub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._connections: dict[str, _Connection] = {}
+        self._reaper: asyncio.Task[None] | None = None
 
     @property
     def connect_timeout(self) -> float:
@@ -125,7 +126,7 @@ class UpstreamHub:
             def run() -> None:
                 asyncio.set_event_loop(loop)
                 loop.call_soon(started.set)
-                loop.create_task(self._reap_idle())
+                self._reaper = loop.create_task(self._reap_idle())
                 loop.run_forever()
 
             thread = threading.Thread(target=run, name="toolapi-upstreams", daemon=True)
@@ -282,16 +283,16 @@ class UpstreamHub:
         target: UpstreamTarget,
         name: str,
         arguments: dict[str, Any],
-        progress: ProgressCallback | None = None,
+        progress: ProgressFnT | None = None,
     ) -> types.CallToolResult:
         caller_loop = asyncio.get_running_loop()
-        relay: ProgressCallback | None = None
+        relay: ProgressFnT | None = None
         if progress is not None:
             callback = progress
 
-            async def relay(value: float, total: float | None, message: str | None) -> None:
+            async def relay(progress: float, total: float | None, message: str | None) -> None:
                 # Progress arrives on the hub loop; the caller's stream lives on its own loop.
-                asyncio.run_coroutine_threadsafe(callback(value, total, message), caller_loop)
+                asyncio.run_coroutine_threadsafe(callback(progress, total, message), caller_loop)
 
         async def operation(client: Client) -> types.CallToolResult:
             return await client.call_tool(name, arguments, progress_callback=relay)

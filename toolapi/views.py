@@ -10,8 +10,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import mcp_types as types
@@ -34,12 +35,25 @@ JSON_TYPES = ("application/json", "text/json")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
-def _json(body: dict[str, Any], status: int = 200) -> HttpResponse:
-    return HttpResponse(
-        json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
-        status=status,
-        content_type="application/json",
-    )
+class _AuditedResponse(HttpResponse):
+    """Writes the call's audit record when the server closes the response, i.e. after it was sent.
+
+    The record is as complete as before (status, sizes, duration up to the response), but the
+    database write is no longer part of the latency the caller sees.
+    """
+
+    audit: Callable[[], object] | None = None
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            audit, self.audit = self.audit, None
+            if audit is not None:
+                try:
+                    audit()
+                except Exception:
+                    logger.exception("recording a tool call failed")
 
 
 def _server_url(request: HttpRequest) -> str:
@@ -102,7 +116,9 @@ def _upstream_error(exc: Exception) -> tuple[int, str, CallStatus]:
     return 502, "upstream_error", CallStatus.UPSTREAM_ERROR
 
 
-async def _audit(call: _Call, channel: CallChannel, status: CallStatus, is_error: bool, started: float, sizes: tuple[int, int]) -> None:
+async def _audit(
+    call: _Call, channel: CallChannel, status: CallStatus, is_error: bool, started: float, sizes: tuple[int, int]
+) -> None:
     record = sync_to_async(services.record_call)(
         principal=call.principal,
         tool=call.tool,
@@ -143,20 +159,35 @@ async def call_tool(request: HttpRequest, tool_name: str) -> HttpResponseBase:
     if _wants_stream(request):
         return _stream(call, arguments, started, request_bytes)
 
-    upstream = hub.call_tool(call.target, call.tool.upstream_name, arguments)
     try:
-        result = await upstream
+        result = await hub.call_tool(call.target, call.tool.upstream_name, arguments)
     except asyncio.CancelledError:
         await _audit(call, CallChannel.HTTP, CallStatus.CANCELLED, True, started, (request_bytes, 0))
         raise
     except (UpstreamUnreachable, UpstreamTimeout, UpstreamProtocolError) as exc:
         status_code, code, status = _upstream_error(exc)
-        response = error_response(status_code, code, str(exc))
-        await _audit(call, CallChannel.HTTP, status, True, started, (request_bytes, len(response.content)))
-        return response
-    response = _json(catalog.serialize_result(result))
-    status = CallStatus.TOOL_ERROR if result.is_error else CallStatus.OK
-    await _audit(call, CallChannel.HTTP, status, bool(result.is_error), started, (request_bytes, len(response.content)))
+        body: dict[str, Any] = error_body(code, str(exc))
+        status, is_error = status, True
+    else:
+        status_code, body = 200, catalog.serialize_result(result)
+        status = CallStatus.TOOL_ERROR if result.is_error else CallStatus.OK
+        is_error = bool(result.is_error)
+    response = _AuditedResponse(
+        json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
+        status=status_code,
+        content_type="application/json",
+    )
+    response.audit = partial(
+        services.record_call,
+        principal=call.principal,
+        tool=call.tool,
+        channel=CallChannel.HTTP,
+        status=status,
+        is_error=is_error,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        request_bytes=request_bytes,
+        response_bytes=len(response.content),
+    )
     return response
 
 

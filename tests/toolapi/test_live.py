@@ -12,8 +12,8 @@ import httpx
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Actor
 from tests.live import LiveServer
@@ -54,7 +54,9 @@ def test_sse_framing_byte_for_byte(live_app: LiveServer, owner: Actor, alpha: Up
         for chunk in response.iter_raw():
             chunks.append((time.monotonic() - started, chunk))
     body = b"".join(chunk for _, chunk in chunks)
-    payload = compact({"content": [{"type": "text", "text": "slept 2.5"}], "structuredContent": {"result": "slept 2.5"}})
+    payload = compact(
+        {"content": [{"type": "text", "text": "slept 2.5"}], "structuredContent": {"result": "slept 2.5"}}
+    )
     event = compact({"result": payload, "isError": False})
     assert body == b": keepalive\n\n: keepalive\n\ndata: " + event.encode() + b"\n\n"
     # Keepalives arrive while the tool runs, one per (test) second, not all at the end.
@@ -125,15 +127,15 @@ def test_mcp_endpoint_lists_and_calls_the_callers_tools(
 ) -> None:
     register(owner, "alpha", alpha.url)
     register(owner, "beta", beta.url)
-    progress: list[float] = []
+    reported: list[float] = []
 
     async def work(client: Client) -> dict[str, Any]:
         listing = await client.list_tools()
         added = await client.call_tool("beta__add", {"a": 2, "b": 5})
         summed = await client.call_tool("alpha__add", {"a": 2, "b": 5})
 
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            progress.append(value)
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            reported.append(progress)
 
         slow = await client.call_tool("alpha__slow", {"seconds": 0.5}, progress_callback=on_progress)
         invalid = await client.call_tool("alpha__pick_color", {"color": "purple"})
@@ -154,7 +156,7 @@ def test_mcp_endpoint_lists_and_calls_the_callers_tools(
     assert seen["added"].content[0].text == "beta:7"
     assert seen["summed"].structured_content == {"result": 7}
     assert seen["slow"].content[0].text == "slept 0.5"
-    assert progress and progress[-1] == 5
+    assert reported and reported[-1] == 5
     assert seen["invalid"].is_error is True
     assert "enum" in seen["invalid"].content[0].text
     assert seen["failed"].is_error is True
@@ -175,7 +177,9 @@ def test_mcp_endpoint_lists_and_calls_the_callers_tools(
     assert asyncio.run(_mcp(live_app.url, outsider.auth, outsider_call)) == "Unknown tool: alpha__add"
 
 
-def test_mcp_endpoint_with_a_read_only_token(live_app: LiveServer, owner: Actor, sandbox_actor: Actor, alpha: Upstream) -> None:
+def test_mcp_endpoint_with_a_read_only_token(
+    live_app: LiveServer, owner: Actor, sandbox_actor: Actor, alpha: Upstream
+) -> None:
     register(owner, "alpha", alpha.url)
 
     async def work(client: Client) -> Any:

@@ -243,7 +243,9 @@ def test_document_is_cached_and_invalidated_by_tool_changes(
     assert "/api/mcp-httpapi/tools/beta__ping" in third["paths"]
 
     # Settings that shape the catalog invalidate it too.
-    owner.client().patch(f"/api/v1/mcp-servers/{server['id']}", data={"enabled": False}, content_type="application/json")
+    owner.client().patch(
+        f"/api/v1/mcp-servers/{server['id']}", data={"enabled": False}, content_type="application/json"
+    )
     assert document(owner)["paths"] == {}
 
 

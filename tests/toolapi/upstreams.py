@@ -151,7 +151,9 @@ def build_alpha(events: list[str]) -> MCPServer:
         return a + b
 
     @server.tool()
-    def create_order(customer: Customer, items: list[Item], note: str | None = None, express: bool = False) -> dict[str, Any]:
+    def create_order(
+        customer: Customer, items: list[Item], note: str | None = None, express: bool = False
+    ) -> dict[str, Any]:
         """Create an order for a customer."""
         return {"customer": customer.name, "city": customer.address.city, "lines": len(items), "express": express}
 
