@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from django import forms
 from django.contrib import messages
@@ -17,7 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from accounts import selectors, services
 from accounts.models import Membership
 from common.auth import InvalidToken, principal_from_raw_token
-from dashboard.context import SESSION_ORG_KEY, DashboardContext, current_context
+from dashboard.context import SESSION_ORG_KEY, current_context, render_page, require_context
 
 
 class LoginForm(forms.Form):
@@ -29,18 +28,6 @@ class LoginForm(forms.Form):
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=200, required=False)
     expires_in_days = forms.IntegerField(min_value=1, max_value=3650, required=False)
-
-
-def _page(request: HttpRequest, template: str, ctx: DashboardContext, **extra: Any) -> HttpResponse:
-    organizations = selectors.organizations_of(user=ctx.user)
-    return render(request, template, {"ctx": ctx, "organizations": organizations, **extra})
-
-
-def _require_context(request: HttpRequest) -> DashboardContext | HttpResponse:
-    ctx = current_context(request)
-    if ctx is None:
-        return render(request, "dashboard/no_organization.html", status=403)
-    return ctx
 
 
 @require_http_methods(["GET", "POST"])
@@ -82,10 +69,10 @@ def logout_view(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    ctx = _require_context(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    return _page(request, "dashboard/home.html", ctx)
+    return render_page(request, "dashboard/home.html", ctx)
 
 
 @login_required
@@ -100,7 +87,7 @@ def switch_organization(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def tokens(request: HttpRequest) -> HttpResponse:
-    ctx = _require_context(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
     form = TokenForm(request.POST or None)
@@ -116,7 +103,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
         new_token = issued.raw
         form = TokenForm()
     token_list = selectors.user_tokens(user=ctx.user, organization=ctx.organization)
-    return _page(request, "dashboard/tokens.html", ctx, form=form, tokens=token_list, new_token=new_token)
+    return render_page(request, "dashboard/tokens.html", ctx, form=form, tokens=token_list, new_token=new_token)
 
 
 @login_required

@@ -10,14 +10,12 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import redirect
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 
-from accounts.selectors import organizations_of
 from common.errors import ApiError
-from common.principal import Principal
-from dashboard.context import DashboardContext, current_context
+from dashboard.context import render_page, require_context
 from skills import selectors, services
 from skills.forms import API_TO_FORM, ROOT, CollectionForm, FilterForm, SkillForm
 from skills.models import Skill, SkillCollection
@@ -29,21 +27,6 @@ def render_markdown(text: str) -> SafeString:
     """Markdown to HTML, then sanitized: skills are written by other people, so no script, no handlers."""
     html = markdown_lib.markdown(text, extensions=["fenced_code", "tables", "sane_lists"], output_format="html")
     return mark_safe(nh3.clean(html))  # noqa: S308 - nh3 has just removed everything unsafe
-
-
-def _principal(ctx: DashboardContext) -> Principal:
-    return Principal(user=ctx.user, organization=ctx.organization, role=ctx.membership.role, token=None)
-
-
-def _context_or_403(request: HttpRequest) -> DashboardContext | HttpResponse:
-    ctx = current_context(request)
-    if ctx is None:
-        return render(request, "dashboard/no_organization.html", status=403)
-    return ctx
-
-
-def _page(request: HttpRequest, template: str, ctx: DashboardContext, **extra: Any) -> HttpResponse:
-    return render(request, template, {"ctx": ctx, "organizations": organizations_of(user=ctx.user), **extra})
 
 
 def _lookup(fetch: Any, *args: Any) -> Any:
@@ -104,10 +87,10 @@ def _sharing_initial(obj: Skill | SkillCollection) -> dict[str, Any]:
 
 @login_required
 def skill_list(request: HttpRequest) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     filters = FilterForm(request.GET or None, principal=principal)
     queryset = selectors.readable_skills(principal).order_by("-created_at", "-pk")
     if filters.is_valid():
@@ -118,16 +101,16 @@ def skill_list(request: HttpRequest) -> HttpResponse:
             text=(filters.cleaned_data.get("q") or "").strip(),
         )
     page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
-    return _page(request, "skills/skill_list.html", ctx, page=page, filters=filters)
+    return render_page(request, "skills/skill_list.html", ctx, page=page, filters=filters)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def skill_create(request: HttpRequest) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     raw = request.GET.get("mode") == "raw" or request.POST.get("mode") == "raw"
     initial = {"collection": request.GET.get("collection", ROOT)}
     form = SkillForm(request.POST or None, principal=principal, raw=raw, initial=initial)
@@ -139,25 +122,25 @@ def skill_create(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Skill {skill.name} created.")
             return redirect("dashboard-skill", skill_id=skill.pk)
-    return _page(request, "skills/skill_form.html", ctx, form=form, raw=raw, skill=None)
+    return render_page(request, "skills/skill_form.html", ctx, form=form, raw=raw, skill=None)
 
 
 @login_required
 def skill_detail(request: HttpRequest, skill_id: str) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    skill = _lookup(selectors.get_readable_skill, _principal(ctx), skill_id)
-    return _page(request, "skills/skill_detail.html", ctx, skill=skill, rendered=render_markdown(skill.content))
+    skill = _lookup(selectors.get_readable_skill, ctx.principal, skill_id)
+    return render_page(request, "skills/skill_detail.html", ctx, skill=skill, rendered=render_markdown(skill.content))
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def skill_edit(request: HttpRequest, skill_id: str) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     skill = _lookup(selectors.get_readable_skill, principal, skill_id)
     if not skill.can_edit:
         messages.error(request, "You may read this skill but not change it.")
@@ -180,16 +163,16 @@ def skill_edit(request: HttpRequest, skill_id: str) -> HttpResponse:
         else:
             messages.success(request, "Skill saved.")
             return redirect("dashboard-skill", skill_id=skill.pk)
-    return _page(request, "skills/skill_form.html", ctx, form=form, raw=raw, skill=skill)
+    return render_page(request, "skills/skill_form.html", ctx, form=form, raw=raw, skill=skill)
 
 
 @login_required
 @require_POST
 def skill_delete(request: HttpRequest, skill_id: str) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     try:
         skill = selectors.get_editable_skill(principal, skill_id)
     except ApiError as exc:
@@ -207,10 +190,10 @@ def skill_delete(request: HttpRequest, skill_id: str) -> HttpResponse:
 
 @login_required
 def collection_list(request: HttpRequest) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     filters = FilterForm(request.GET or None, principal=principal)
     del filters.fields["collection"]
     queryset = selectors.readable_collections(principal).order_by("name")
@@ -221,16 +204,16 @@ def collection_list(request: HttpRequest) -> HttpResponse:
             text=(filters.cleaned_data.get("q") or "").strip(),
         )
     page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
-    return _page(request, "skills/collection_list.html", ctx, page=page, filters=filters)
+    return render_page(request, "skills/collection_list.html", ctx, page=page, filters=filters)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def collection_create(request: HttpRequest) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     form = CollectionForm(request.POST or None, principal=principal)
     if request.method == "POST" and form.is_valid():
         try:
@@ -240,7 +223,7 @@ def collection_create(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Collection {collection.name} created.")
             return redirect("dashboard-collection", collection_id=collection.pk)
-    return _page(request, "skills/collection_form.html", ctx, form=form, collection=None)
+    return render_page(request, "skills/collection_form.html", ctx, form=form, collection=None)
 
 
 def _collection_input(form: CollectionForm) -> services.CollectionInput:
@@ -252,22 +235,22 @@ def _collection_input(form: CollectionForm) -> services.CollectionInput:
 
 @login_required
 def collection_detail(request: HttpRequest, collection_id: str) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     collection = _lookup(selectors.get_readable_collection, principal, collection_id)
     skills = selectors.collection_skills(principal, collection)
-    return _page(request, "skills/collection_detail.html", ctx, collection=collection, skills=skills)
+    return render_page(request, "skills/collection_detail.html", ctx, collection=collection, skills=skills)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def collection_edit(request: HttpRequest, collection_id: str) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     collection = _lookup(selectors.get_readable_collection, principal, collection_id)
     if not collection.can_edit:
         messages.error(request, "You may read this collection but not change it.")
@@ -282,16 +265,16 @@ def collection_edit(request: HttpRequest, collection_id: str) -> HttpResponse:
         else:
             messages.success(request, "Collection saved.")
             return redirect("dashboard-collection", collection_id=collection.pk)
-    return _page(request, "skills/collection_form.html", ctx, form=form, collection=collection)
+    return render_page(request, "skills/collection_form.html", ctx, form=form, collection=collection)
 
 
 @login_required
 @require_POST
 def collection_delete(request: HttpRequest, collection_id: str) -> HttpResponse:
-    ctx = _context_or_403(request)
+    ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    principal = _principal(ctx)
+    principal = ctx.principal
     try:
         collection = selectors.get_editable_collection(principal, collection_id)
         services.delete_collection(actor=principal, collection=collection)
