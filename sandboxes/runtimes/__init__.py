@@ -1,0 +1,1 @@
+"""Sandbox runtimes: lifecycle backends behind the ``SandboxRuntime`` protocol."""

@@ -1,0 +1,92 @@
+"""Real bubblewrap sandboxes for the runtime and daemon tests (no mocks: they need bwrap on the host).
+
+One runtime per test session under a private root in /tmp (the sandbox's host uid must be able to
+traverse it, which pytest's 0700 tmp_path does not allow), one sandbox per test module, and a small
+HTTP server standing in for the service so the forwarded service port can be checked.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import socketserver
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sandboxes.daemon_client import DaemonClient
+from sandboxes.runtimes.base import SandboxHandle
+from sandboxes.runtimes.local import LocalRuntime, LocalRuntimeConfig
+
+
+@dataclass
+class ServiceStub:
+    port: int
+    body: bytes
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    body = b"service-stub-ok"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def service_stub() -> Iterator[ServiceStub]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield ServiceStub(port=server.server_address[1], body=_Handler.body)
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def runtime_root() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="svc-sbx-", dir="/tmp"))
+    os.chmod(root, 0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def local_runtime(runtime_root: Path, service_stub: ServiceStub) -> Iterator[LocalRuntime]:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    runtime = LocalRuntime(LocalRuntimeConfig(root=runtime_root, service_port=service_stub.port))
+    caps = runtime.capabilities()
+    if not caps.available:
+        pytest.fail("local runtime unavailable: " + "; ".join(caps.problems))
+    yield runtime
+    for info in runtime.list():
+        runtime.destroy(info.sandbox_id)
+
+
+def new_sandbox_id(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="module")
+def sandbox(local_runtime: LocalRuntime) -> Iterator[SandboxHandle]:
+    handle = local_runtime.create(new_sandbox_id())
+    yield handle
+    local_runtime.destroy(handle.sandbox_id)
+
+
+@pytest.fixture
+def client(sandbox: SandboxHandle) -> DaemonClient:
+    return DaemonClient(sandbox.address, sandbox.secret)
