@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework import authentication, exceptions
@@ -58,18 +62,113 @@ def bearer_from_header(value: str | None) -> str | None:
 
 def principal_for_request(request: HttpRequest) -> Principal:
     """For views outside DRF (streaming async views): raise ApiError 401 unless a valid bearer is sent."""
+    return _principal_for_request(request, principal_from_raw_token)
+
+
+def _principal_for_request(request: HttpRequest, resolve: Callable[[str], Principal]) -> Principal:
     raw = bearer_from_header(request.headers.get("Authorization"))
     if raw is None:
         raise ApiError(
             status_code=401, code="not_authenticated", message="Authentication credentials were not provided."
         )
     try:
-        return principal_from_raw_token(raw)
+        return resolve(raw)
     except InvalidToken:
         raise ApiError(status_code=401, code="authentication_failed", message="Invalid or expired token.") from None
 
 
 aprincipal_for_request = sync_to_async(principal_for_request)
+
+
+# -- a short-lived cache for the hottest callers ---------------------------------------------------
+#
+# Tool calls authenticate every request, and two queries per call are most of a proxied call's own
+# cost. Callers that opt in (the tool HTTP API and the MCP endpoint) keep a resolved principal for
+# PRINCIPAL_CACHE_SECONDS. Revoking a token through accounts.services drops this process's entries at
+# once; anything else (a revocation made by another process, a deactivated user, a removed
+# membership, a changed role) takes effect within the bound. A token's own expiry is checked on every
+# hit, so expiring is exact. Invalid tokens are never cached.
+
+DEFAULT_PRINCIPAL_CACHE_SECONDS = 2.0
+_PRINCIPAL_CACHE_MAX = 10_000
+
+
+class _PrincipalCache:
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[Principal, float]] = {}
+        self._lock = threading.Lock()
+        # Bumped by forget(): a lookup that started before a revocation must not store its result.
+        self.generation = 0
+
+    @staticmethod
+    def ttl() -> float:
+        return float(getattr(settings, "PRINCIPAL_CACHE_SECONDS", DEFAULT_PRINCIPAL_CACHE_SECONDS))
+
+    def get(self, key: str) -> Principal | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        principal, expires = entry
+        token = principal.token
+        if time.monotonic() >= expires or (token is not None and not token.is_active):
+            with self._lock:
+                if self._entries.get(key) is entry:
+                    del self._entries[key]
+            return None
+        return principal
+
+    def put(self, key: str, principal: Principal, generation: int) -> None:
+        ttl = self.ttl()
+        if ttl <= 0:
+            return
+        with self._lock:
+            if generation != self.generation:
+                return
+            if len(self._entries) >= _PRINCIPAL_CACHE_MAX:
+                now = time.monotonic()
+                self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
+                if len(self._entries) >= _PRINCIPAL_CACHE_MAX:
+                    self._entries.clear()
+            self._entries[key] = (principal, time.monotonic() + ttl)
+
+    def forget(self) -> None:
+        with self._lock:
+            self.generation += 1
+            self._entries.clear()
+
+
+_principals = _PrincipalCache()
+
+
+def cached_principal(raw: str) -> Principal | None:
+    """The principal of ``raw`` if this process resolved it recently; never touches the database."""
+    if not raw:
+        return None
+    return _principals.get(hash_token(raw))
+
+
+def principal_from_raw_token_cached(raw: str) -> Principal:
+    """principal_from_raw_token, answered from the short-lived cache when possible (see above)."""
+    if not raw:
+        raise InvalidToken
+    key = hash_token(raw)
+    found = _principals.get(key)
+    if found is not None:
+        return found
+    generation = _principals.generation
+    principal = principal_from_raw_token(raw)
+    _principals.put(key, principal, generation)
+    return principal
+
+
+def principal_for_request_cached(request: HttpRequest) -> Principal:
+    """principal_for_request (same rule, same 401s) through the short-lived cache."""
+    return _principal_for_request(request, principal_from_raw_token_cached)
+
+
+def forget_cached_principals() -> None:
+    """Drop every cached principal of this process (called when tokens are revoked)."""
+    _principals.forget()
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):

@@ -40,14 +40,14 @@ def error_response(status_code: int, code: str, message: str, details: dict[str,
     return response
 
 
-def _flatten_validation(detail: Any) -> dict[str, Any]:
+def flatten_validation(detail: Any) -> dict[str, Any]:
     """Turn DRF's nested error lists into {field: [messages]} (nested fields keep their nesting)."""
     if isinstance(detail, dict):
-        return {str(key): _flatten_validation(value) for key, value in detail.items()}
+        return {str(key): flatten_validation(value) for key, value in detail.items()}
     if isinstance(detail, list):
         if all(not isinstance(item, (dict, list)) for item in detail):
             return [str(item) for item in detail]  # type: ignore[return-value]
-        return [_flatten_validation(item) for item in detail]  # type: ignore[return-value]
+        return [flatten_validation(item) for item in detail]  # type: ignore[return-value]
     return [str(detail)]  # type: ignore[return-value]
 
 
@@ -82,7 +82,7 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     if isinstance(exc, ApiError):
         body = error_body(exc.code, exc.message, exc.details)
     elif isinstance(exc, exceptions.ValidationError):
-        details = _flatten_validation(exc.detail)
+        details = flatten_validation(exc.detail)
         if not isinstance(details, dict):
             details = {"nonFieldErrors": details}
         body = error_body("validation_error", "Request is invalid.", {"fields": details})

@@ -126,8 +126,6 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# Opt in to Django 6's default now: a scheme-less URL typed in a form means https.
-FORMS_URLFIELD_ASSUME_HTTPS = True
 
 AUTH_USER_MODEL = "accounts.User"
 AUTH_PASSWORD_VALIDATORS = [
@@ -242,6 +240,26 @@ if not isinstance(OIDC_TRUSTED_ISSUERS, list) or not all(
     raise ImproperlyConfigured('OIDC_TRUSTED_ISSUERS must be a JSON list of {"issuer", "jwksUri", "audience"?}.')
 SANDBOX_IDENTITY_TOKEN_SECONDS = env_int("SANDBOX_IDENTITY_TOKEN_SECONDS", 300, minimum=10)
 SANDBOX_API_TOKEN_SECONDS = env_int("SANDBOX_API_TOKEN_SECONDS", 3600, minimum=10)
+
+# Sandboxes.
+SANDBOX_RUNTIME = env_choice("SANDBOX_RUNTIME", "local", {"local"})
+SANDBOX_ROOT = Path(env_str("SANDBOX_ROOT") or VAR_DIR / "sandboxes")
+# auto: user-mode networking with the host's loopback blocked, or no network at all when that cannot
+# be had (fail closed); none: never any network; host: the host's network, loopback included (opt-in).
+SANDBOX_NETWORK = env_choice("SANDBOX_NETWORK", "auto", {"auto", "pasta", "slirp4netns", "none", "host"})
+SANDBOX_MAX_PER_ORG = env_int("SANDBOX_MAX_PER_ORG", 10, minimum=1)
+SANDBOX_IDLE_SECONDS = env_int("SANDBOX_IDLE_SECONDS", 30 * 60, minimum=1)
+SANDBOX_CPUS = env_float("SANDBOX_CPUS", 1.0, minimum=0.01)
+SANDBOX_MEMORY_BYTES = env_int("SANDBOX_MEMORY_BYTES", 1024**3, minimum=64 * 1024**2)
+SANDBOX_PIDS_MAX = env_int("SANDBOX_PIDS_MAX", 1024, minimum=16)
+SANDBOX_EXEC_DEFAULT_TIMEOUT = env_float("SANDBOX_EXEC_DEFAULT_TIMEOUT", 300, minimum=1)
+SANDBOX_EXEC_MAX_TIMEOUT = env_float("SANDBOX_EXEC_MAX_TIMEOUT", 3600, minimum=1)
+SANDBOX_EXEC_MAX_COMMAND_BYTES = env_int("SANDBOX_EXEC_MAX_COMMAND_BYTES", 4 * 1024 * 1024, minimum=1024)
+SANDBOX_WRITE_MAX_BYTES = env_int("SANDBOX_WRITE_MAX_BYTES", 1024**3, minimum=1)
+# While an exec or a session runs, the sandbox's activity time is refreshed this often, so the
+# inactivity reaper never takes a sandbox that is busy.
+SANDBOX_ACTIVITY_HEARTBEAT_SECONDS = env_int("SANDBOX_ACTIVITY_HEARTBEAT_SECONDS", 60, minimum=1)
+SANDBOX_RECONCILE_SECONDS = env_int("SANDBOX_RECONCILE_SECONDS", 300, minimum=1)
 
 # How much of each exec's stdout and stderr the audit log keeps (byte counts are always complete).
 AUDIT_OUTPUT_CAP_BYTES = env_int("AUDIT_OUTPUT_CAP_BYTES", 64 * 1024, minimum=0)

@@ -11,7 +11,11 @@ from pathlib import Path
 os.environ.setdefault("SVC_ENV", "test")
 # Each test session gets its own state directory so parallel runs and a developer's `make run` never
 # share sandboxes, broker folders or generated keys.
-os.environ.setdefault("SVC_VAR_DIR", tempfile.mkdtemp(prefix="svc-test-"))
+if "SVC_VAR_DIR" not in os.environ:
+    _var = tempfile.mkdtemp(prefix="svc-test-")
+    # Sandboxes run as unprivileged host users and live below this directory: it must be traversable.
+    os.chmod(_var, 0o755)  # noqa: S103 - holds nothing secret that its files do not protect themselves
+    os.environ["SVC_VAR_DIR"] = _var
 
 from config.settings import *  # noqa: F403
 from config.settings import VAR_DIR

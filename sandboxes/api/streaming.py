@@ -1,0 +1,284 @@
+"""exec, read-file and write-file: async views that relay the sandbox daemon's streams.
+
+Nothing here buffers a whole output or file: each chunk the daemon sends is forwarded as it arrives,
+so server memory is bounded by a chunk, and a client that goes away cancels the work (Django cancels
+the response task; closing the daemon connection kills the command's process group).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+
+from audit.models import EventType
+from audit.services import OutputCapture, client_address, record_event
+from common.asyncviews import api_async_view
+from common.auth import principal_for_request
+from common.errors import ApiError
+from common.principal import Principal
+from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
+from sandboxes import selectors, services
+from sandboxes.api.serializers import ExecRequestSerializer
+from sandboxes.daemon_client import DaemonClient, DaemonError, DaemonUnavailable, ExecExit, ExecOutput
+from sandboxes.models import Sandbox
+
+# Exit code of the `done` line when the command has no exit status of its own: it never started
+# (missing workdir) or its fate is unknown (the sandbox stopped responding).
+NO_EXIT_STATUS = -1
+
+
+@dataclass(frozen=True)
+class Operation:
+    principal: Principal
+    sandbox: Sandbox
+    client: DaemonClient
+    address: str
+
+
+def _prepare(request: HttpRequest, sandbox_id: str) -> Operation:
+    principal = principal_for_request(request)
+    if principal.read_only:
+        raise ApiError(status_code=403, code="read_only_token", message="This token is read-only.")
+    sandbox = selectors.get_running_sandbox(principal=principal, sandbox_id=sandbox_id)
+    services.touch(sandbox_id=sandbox.pk)
+    return Operation(principal, sandbox, services.daemon_client(sandbox), client_address(request))
+
+
+# One thread hop for authentication, lookup and the activity update together.
+_aprepare = sync_to_async(_prepare, thread_sensitive=False)
+
+
+def _record(**kwargs: Any) -> None:
+    try:
+        record_event(**kwargs)
+    finally:
+        close_old_connections()
+
+
+def record_in_background(operation: Operation, event_type: str, data: dict[str, Any]) -> None:
+    """Audit without making the client wait for the database (or fail if it is slow)."""
+    loop = asyncio.get_running_loop()
+    loop.run_in_executor(
+        None,
+        lambda: _record(
+            organization=operation.principal.organization,
+            event_type=event_type,
+            sandbox_id=operation.sandbox.pk,
+            principal=operation.principal,
+            address=operation.address,
+            data=data,
+        ),
+    )
+
+
+async def _heartbeat(sandbox_id: str) -> None:
+    """Keep a long-running operation counted as activity, so the reaper never takes a busy sandbox."""
+    touch = sync_to_async(services.touch, thread_sensitive=False)
+    while True:
+        await asyncio.sleep(settings.SANDBOX_ACTIVITY_HEARTBEAT_SECONDS)
+        await touch(sandbox_id=sandbox_id)
+
+
+def _line(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False).encode() + b"\n"
+
+
+def _parse_json(request: HttpRequest) -> dict[str, Any]:
+    try:
+        body = json.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(status_code=400, code="malformed_request", message="Body is not valid JSON.") from None
+    if not isinstance(body, dict):
+        raise ApiError(status_code=400, code="malformed_request", message="Body must be a JSON object.")
+    return body
+
+
+async def _exec_lines(operation: Operation, command: str, timeout_seconds: float, workdir: str) -> AsyncIterator[bytes]:
+    started = time.monotonic()
+    captures = {"stdout": OutputCapture(), "stderr": OutputCapture()}
+    decoders = {"stdout": TextDecoder(), "stderr": TextDecoder()}
+    exit_code: int = NO_EXIT_STATUS
+    outcome = "cancelled"
+    heartbeat = asyncio.ensure_future(_heartbeat(operation.sandbox.pk))
+    try:
+        try:
+            async for event in operation.client.exec(command, timeout=timeout_seconds, workdir=workdir):
+                if isinstance(event, ExecOutput):
+                    captures[event.stream].add(event.data)
+                    text = decoders[event.stream].decode(event.data)
+                    if text:
+                        yield _line({"type": event.stream, "data": text})
+                elif isinstance(event, ExecExit):
+                    for name, decoder in decoders.items():
+                        tail = decoder.flush()
+                        if tail:
+                            yield _line({"type": name, "data": tail})
+                    exit_code = event.exit_code
+                    outcome = "exited"
+                    if event.timed_out:
+                        outcome = "timed_out"
+                        yield _line(
+                            {
+                                "type": "error",
+                                "data": f"command timed out after {timeout_seconds:g}s; its process group was killed",
+                            }
+                        )
+                    elif event.signal:
+                        yield _line({"type": "error", "data": f"command was killed by signal {event.signal}"})
+        except DaemonUnavailable as exc:
+            outcome = "sandbox_unavailable"
+            yield _line({"type": "error", "data": f"the sandbox stopped responding: {exc.message}"})
+        except DaemonError as exc:
+            outcome = exc.code
+            message = exc.message
+            if exc.code == ErrorCode.WORKDIR_MISSING:
+                message = f"working directory {workdir} does not exist"
+            yield _line({"type": "error", "data": message})
+        yield _line({"type": "done", "exitCode": exit_code})
+    finally:
+        heartbeat.cancel()
+        record_in_background(
+            operation,
+            EventType.EXEC,
+            {
+                "command": command,
+                "workdir": workdir,
+                "timeout": timeout_seconds,
+                "exitCode": exit_code if outcome in ("exited", "timed_out") else None,
+                "outcome": outcome,
+                "durationMs": round((time.monotonic() - started) * 1000, 1),
+                **captures["stdout"].as_dict("stdout"),
+                **captures["stderr"].as_dict("stderr"),
+            },
+        )
+
+
+@api_async_view("POST")
+async def exec_view(request: HttpRequest, sandbox_id: str) -> StreamingHttpResponse:
+    body = _parse_json(request)
+    serializer = ExecRequestSerializer(data=body)
+    serializer.is_valid(raise_exception=True)
+    data = serializer.validated_data
+    operation = await _aprepare(request, sandbox_id)
+    response = StreamingHttpResponse(
+        _exec_lines(operation, data["command"], float(data["timeout"]), data["workdir"]),
+        content_type="application/x-ndjson",
+    )
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+_FILE_ERRORS: dict[str, tuple[int, str]] = {
+    ErrorCode.NOT_FOUND: (404, "file_not_found"),
+    ErrorCode.IS_DIRECTORY: (400, "is_a_directory"),
+    ErrorCode.NOT_A_DIRECTORY: (400, "not_a_directory"),
+    ErrorCode.INVALID_PATH: (400, "invalid_path"),
+    ErrorCode.BAD_REQUEST: (400, "invalid_path"),
+    ErrorCode.PERMISSION_DENIED: (403, "file_permission_denied"),
+}
+
+
+def _file_error(exc: DaemonError) -> ApiError:
+    if isinstance(exc, DaemonUnavailable):
+        return ApiError(
+            status_code=503, code="sandbox_unavailable", message=f"The sandbox stopped responding: {exc.message}"
+        )
+    status, code = _FILE_ERRORS.get(exc.code, (500, "sandbox_io_error"))
+    return ApiError(status_code=status, code=code, message=exc.message)
+
+
+def _path_param(request: HttpRequest) -> str:
+    path = request.GET.get("path", "")
+    if not path:
+        raise ApiError(
+            status_code=400,
+            code="validation_error",
+            message="Query parameter path is required.",
+            details={"fields": {"path": ["This field is required."]}},
+        )
+    if not path.startswith("/") or "\x00" in path:
+        raise ApiError(
+            status_code=400,
+            code="validation_error",
+            message="path must be an absolute path.",
+            details={"fields": {"path": ["Must be an absolute path."]}},
+        )
+    return path
+
+
+async def _file_chunks(operation: Operation, reader: Any, path: str) -> AsyncIterator[bytes]:
+    sent = 0
+    complete = False
+    try:
+        async for chunk in reader:
+            sent += len(chunk)
+            yield chunk
+        complete = True
+    finally:
+        await reader.aclose()
+        record_in_background(operation, EventType.READ_FILE, {"path": path, "bytes": sent, "complete": complete})
+
+
+@api_async_view("POST")
+async def read_file_view(request: HttpRequest, sandbox_id: str) -> StreamingHttpResponse:
+    path = _path_param(request)
+    operation = await _aprepare(request, sandbox_id)
+    try:
+        reader = await operation.client.open_file(path)
+    except DaemonError as exc:
+        raise _file_error(exc) from exc
+    response = StreamingHttpResponse(_file_chunks(operation, reader, path), content_type="application/octet-stream")
+    # The size when opened; a file still growing may send more, so it is not a Content-Length.
+    response["X-File-Size"] = str(reader.size)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@api_async_view("POST")
+async def write_file_view(request: HttpRequest, sandbox_id: str) -> JsonResponse:
+    if request.content_type != "application/octet-stream":
+        raise ApiError(
+            status_code=415, code="unsupported_media_type", message="Content-Type must be application/octet-stream."
+        )
+    path = _path_param(request)
+    limit = settings.SANDBOX_WRITE_MAX_BYTES
+    declared = request.META.get("CONTENT_LENGTH")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ApiError(
+            status_code=413,
+            code="payload_too_large",
+            message=f"Files are limited to {limit} bytes.",
+            details={"maxBytes": limit},
+        )
+    operation = await _aprepare(request, sandbox_id)
+
+    async def body() -> AsyncIterator[bytes]:
+        total = 0
+        while chunk := request.read(CHUNK_SIZE):
+            total += len(chunk)
+            if total > limit:
+                # Raising here aborts the daemon's temporary file: nothing half-written is left.
+                raise ApiError(
+                    status_code=413,
+                    code="payload_too_large",
+                    message=f"Files are limited to {limit} bytes.",
+                    details={"maxBytes": limit},
+                )
+            yield chunk
+
+    try:
+        result = await operation.client.write_file(path, body())
+    except DaemonError as exc:
+        raise _file_error(exc) from exc
+    record_in_background(operation, EventType.WRITE_FILE, {"path": result.path, "bytes": result.size})
+    return JsonResponse({"path": result.path, "size": result.size})

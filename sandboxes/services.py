@@ -1,0 +1,181 @@
+"""Sandbox lifecycle: create within the organization's limit, destroy, record activity, reconcile.
+
+The database decides who holds a slot (a row in an active status), the runtime holds the processes.
+Slots are reserved under a lock on the organization row, so concurrent creates can never exceed the
+limit, and freed the moment a destroy commits, before the runtime has finished cleaning up.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import Organization, User
+from accounts.services import revoke_sandbox_tokens
+from audit.models import EventType
+from audit.services import record_event
+from common.crypto import decrypt_str, encrypt
+from common.errors import ApiError
+from common.principal import Principal
+from sandboxes.daemon_client import DaemonClient
+from sandboxes.models import ACTIVE_STATUSES, DestroyReason, Sandbox, SandboxStatus
+from sandboxes.runtime import get_runtime, parse_address
+from sandboxes.runtimes.base import SandboxHandle, SandboxState
+
+logger = logging.getLogger(__name__)
+
+# A sandbox still "creating" after this long was abandoned by a crashed process.
+STALE_CREATE = timedelta(minutes=2)
+
+
+def _reserve_slot(*, organization: Organization, user: User) -> Sandbox:
+    with transaction.atomic():
+        # The row lock serializes creates per organization (PostgreSQL); SQLite's IMMEDIATE
+        # transactions serialize all writers, which gives the same guarantee.
+        org = Organization.objects.select_for_update().get(pk=organization.pk)
+        if not org.sandboxes_enabled:
+            raise ApiError(
+                status_code=403,
+                code="sandboxes_not_enabled",
+                message="Sandboxes are not enabled for this organization; an owner or admin can enable them.",
+            )
+        active = Sandbox.objects.filter(organization=org, status__in=ACTIVE_STATUSES).count()
+        limit = settings.SANDBOX_MAX_PER_ORG
+        if active >= limit:
+            raise ApiError(
+                status_code=409,
+                code="sandbox_limit_reached",
+                message=f"The organization already has {active} sandboxes; the limit is {limit}. Destroy one first.",
+                details={"limit": limit, "active": active},
+            )
+        return Sandbox.objects.create(
+            organization=org,
+            created_by=user,
+            runtime=get_runtime().name,
+            last_activity_at=timezone.now(),
+        )
+
+
+def _limits_record(handle: SandboxHandle) -> dict[str, Any]:
+    return {
+        "cpus": settings.SANDBOX_CPUS,
+        "memoryBytes": settings.SANDBOX_MEMORY_BYTES,
+        "pidsMax": settings.SANDBOX_PIDS_MAX,
+        "enforcement": [limit.as_dict() for limit in handle.limits],
+        "network": handle.network.as_dict() if handle.network else None,
+    }
+
+
+def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
+    sandbox = _reserve_slot(organization=principal.organization, user=principal.user)
+    secret = secrets.token_urlsafe(32)
+    try:
+        handle = get_runtime().create(sandbox.pk, secret=secret, env={})
+    except Exception as exc:
+        logger.exception("sandbox %s failed to start", sandbox.pk)
+        Sandbox.objects.filter(pk=sandbox.pk).update(status=SandboxStatus.FAILED, failure=str(exc)[:2000])
+        raise ApiError(
+            status_code=503, code="sandbox_start_failed", message=f"The sandbox could not be started: {exc}"
+        ) from exc
+    started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
+        status=SandboxStatus.RUNNING,
+        daemon_address=str(handle.address),
+        daemon_secret_encrypted=encrypt(secret),
+        limits=_limits_record(handle),
+        last_activity_at=timezone.now(),
+    )
+    if not started:
+        # Destroyed while it was starting: nothing may keep running for it.
+        get_runtime().destroy(sandbox.pk)
+        raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
+    sandbox.refresh_from_db()
+    record_event(
+        organization=principal.organization,
+        event_type=EventType.SANDBOX_CREATE,
+        sandbox_id=sandbox.pk,
+        principal=principal,
+        address=address,
+        data={"runtime": sandbox.runtime, "limits": sandbox.limits},
+    )
+    return sandbox
+
+
+def destroy_sandbox(
+    *, sandbox: Sandbox, reason: str, principal: Principal | None = None, address: str = "", detail: str = ""
+) -> bool:
+    """Destroy once, whoever asks first (a person, the reaper, reconciliation). False if already gone."""
+    with transaction.atomic():
+        locked = Sandbox.objects.select_for_update().filter(pk=sandbox.pk).first()
+        if locked is None or locked.status in (SandboxStatus.DESTROYED, SandboxStatus.FAILED):
+            return False
+        locked.status = SandboxStatus.DESTROYED
+        locked.destroyed_at = timezone.now()
+        locked.destroy_reason = reason
+        locked.save(update_fields=["status", "destroyed_at", "destroy_reason"])
+    revoke_sandbox_tokens(sandbox_id=sandbox.pk)
+    try:
+        get_runtime().destroy(sandbox.pk)
+    except Exception:
+        # The slot is already free; reconciliation retries the cleanup of whatever is left.
+        logger.exception("runtime cleanup of sandbox %s failed", sandbox.pk)
+    data: dict[str, Any] = {"reason": reason}
+    if detail:
+        data["detail"] = detail
+    record_event(
+        organization=locked.organization,
+        event_type=EventType.SANDBOX_DESTROY,
+        sandbox_id=sandbox.pk,
+        principal=principal,
+        address=address,
+        data=data,
+    )
+    sandbox.refresh_from_db()
+    return True
+
+
+def touch(*, sandbox_id: str) -> None:
+    """Record activity: one UPDATE, no read, so it is cheap on every operation."""
+    Sandbox.objects.filter(pk=sandbox_id, status=SandboxStatus.RUNNING).update(last_activity_at=timezone.now())
+
+
+def daemon_client(sandbox: Sandbox) -> DaemonClient:
+    return DaemonClient(parse_address(sandbox.daemon_address), decrypt_str(sandbox.daemon_secret_encrypted))
+
+
+def reconcile() -> dict[str, list[str]]:
+    """Make the database and the runtime agree (at start-up and periodically).
+
+    Sandboxes the database thinks run but the runtime lost are marked destroyed (their slot freed);
+    sandboxes the runtime runs that the database does not know are orphans and are destroyed.
+    """
+    runtime = get_runtime()
+    known = {info.sandbox_id: info for info in runtime.list()}
+    vanished: list[str] = []
+    orphans: list[str] = []
+    stale = timezone.now() - STALE_CREATE
+    active = {s.pk: s for s in Sandbox.objects.filter(status__in=ACTIVE_STATUSES, runtime=runtime.name)}
+    for sandbox in active.values():
+        info = known.get(sandbox.pk)
+        if sandbox.status == SandboxStatus.CREATING:
+            if info is None and sandbox.created_at < stale:
+                Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
+                    status=SandboxStatus.FAILED, failure="abandoned while starting"
+                )
+                vanished.append(sandbox.pk)
+            continue
+        if info is None or info.state != SandboxState.RUNNING:
+            destroy_sandbox(sandbox=sandbox, reason=DestroyReason.VANISHED, detail=info.detail if info else "")
+            vanished.append(sandbox.pk)
+    for sandbox_id in known:
+        if sandbox_id not in active:
+            runtime.destroy(sandbox_id)
+            orphans.append(sandbox_id)
+    if vanished or orphans:
+        logger.info("reconciled sandboxes: vanished=%s orphans=%s", vanished, orphans)
+    return {"vanished": vanished, "orphans": orphans}
