@@ -22,7 +22,17 @@ USAGE = (
     "       (--secret-fd N | --secret-file PATH | SANDBOXD_SECRET=...) [--ready-fd N]\n"
     "       [--home DIR] [--user NAME] [--path PATH] [--env NAME=VALUE]..."
 )
-VALUED = {"--listen-fd", "--listen", "--secret-fd", "--secret-file", "--ready-fd", "--home", "--user", "--path", "--env"}
+VALUED = {
+    "--listen-fd",
+    "--listen",
+    "--secret-fd",
+    "--secret-file",
+    "--ready-fd",
+    "--home",
+    "--user",
+    "--path",
+    "--env",
+}
 
 
 def _fail(message: str) -> SystemExit:

@@ -50,12 +50,12 @@ from sandboxd.protocol import (
 )
 
 
-
 def log(message: str) -> None:
     # stderr goes to the sandbox's daemon.log on the host; the logging module is not worth its
     # import time here.
     sys.stderr.write(f"sandboxd: {message}\n")
     sys.stderr.flush()
+
 
 DEFAULT_PATH = "/opt/svc/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -82,7 +82,7 @@ class RequestError(Exception):
         self.message = message
 
 
-class ClientGone(Exception):
+class ClientGone(Exception):  # noqa: N818 - a condition, not a failure
     """The control plane closed the connection; whatever the request started must be stopped."""
 
 
@@ -186,7 +186,7 @@ class Connection:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.rfile: BinaryIO = sock.makefile("rb", buffering=CHUNK_SIZE)
+        self.rfile: BinaryIO = sock.makefile("rb", buffering=CHUNK_SIZE)  # type: ignore[assignment]
         self.send_lock = threading.Lock()
 
     def read_frame(self) -> tuple[int, bytes] | None:
@@ -733,16 +733,22 @@ class Daemon:
         threading.Thread(target=watch, daemon=True).start()
         try:
             self._supervise(
-                pid, exited, status, conn, outputs, None, client_fd=wake_r, client_closed=lambda: True, hangup_first=True
+                pid,
+                exited,
+                status,
+                conn,
+                outputs,
+                None,
+                client_fd=wake_r,
+                client_closed=lambda: True,
+                hangup_first=True,
             )
         finally:
             client_gone.set()
             os.close(wake_r)
             os.close(wake_w)
 
-    def _feed_input(
-        self, conn: Connection, pid: int, stdin_fd: int, use_pty: bool, done: threading.Event
-    ) -> None:
+    def _feed_input(self, conn: Connection, pid: int, stdin_fd: int, use_pty: bool, done: threading.Event) -> None:
         open_fd: int | None = stdin_fd
         try:
             while not done.is_set():

@@ -55,7 +55,7 @@ class DaemonError(Exception):
         self.message = message
 
 
-class DaemonUnavailable(DaemonError):
+class DaemonUnavailable(DaemonError):  # noqa: N818 - a condition of the sandbox, not of the call
     """The daemon could not be reached or the connection broke mid-request (the sandbox is gone)."""
 
     def __init__(self, message: str) -> None:
@@ -298,7 +298,9 @@ class DaemonClient:
         self,
         command: str,
         *,
-        timeout: float | None = None,
+        # The command's own limit, enforced by the daemon (which kills the process group), not an
+        # asyncio timeout of this call.
+        timeout: float | None = None,  # noqa: ASYNC109
         workdir: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[ExecEvent]:
@@ -327,7 +329,7 @@ class DaemonClient:
         self,
         command: str,
         *,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the command's limit, see exec()
         workdir: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> ExecResult:

@@ -17,25 +17,25 @@ from typing import Any, Protocol, runtime_checkable
 SANDBOX_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
 
 
-class RuntimeError_(Exception):
-    """Base class for runtime failures (named to avoid shadowing the builtin)."""
+class SandboxRuntimeError(Exception):
+    """Base class for runtime failures."""
 
 
-class SandboxCreateError(RuntimeError_):
+class SandboxCreateError(SandboxRuntimeError):
     """The sandbox could not be started; nothing of it is left running."""
 
 
-class RuntimeUnavailable(RuntimeError_):
+class RuntimeUnavailable(SandboxRuntimeError):  # noqa: N818 - reads as a state, like TimeoutExpired
     """This runtime cannot run sandboxes on this host (missing tool, no user namespaces...)."""
 
 
-class InvalidSandboxId(RuntimeError_, ValueError):
+class InvalidSandboxIdError(SandboxRuntimeError, ValueError):
     pass
 
 
 def validate_sandbox_id(sandbox_id: str) -> str:
     if not SANDBOX_ID_PATTERN.match(sandbox_id):
-        raise InvalidSandboxId(
+        raise InvalidSandboxIdError(
             f"invalid sandbox id {sandbox_id!r}: lowercase letters, digits, '-' and '_', at most 63 characters"
         )
     return sandbox_id
@@ -159,8 +159,7 @@ class SandboxRuntime(Protocol):
         """Stop the sandbox and delete its state. True if something existed. Idempotent."""
         ...
 
-    def inspect(self, sandbox_id: str) -> SandboxInfo | None:
-        ...
+    def inspect(self, sandbox_id: str) -> SandboxInfo | None: ...
 
     def list(self) -> list[SandboxInfo]:
         """Every sandbox this runtime knows, running or exited, for reconciliation."""

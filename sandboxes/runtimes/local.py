@@ -23,6 +23,7 @@ ever holds host privileges. Killing the namespace's init kills every process in 
 
 from __future__ import annotations
 
+import builtins
 import compileall
 import contextlib
 import fcntl
@@ -255,7 +256,7 @@ class LocalRuntime:
         return self._capabilities
 
     def _probe(self) -> RuntimeCapabilities:
-        problems: list[str] = []
+        problems: builtins.list[str] = []
         bwrap = shutil.which(self.config.bwrap)
         if bwrap is None:
             problems.append(f"bubblewrap ({self.config.bwrap}) is not installed")
@@ -301,10 +302,11 @@ class LocalRuntime:
             problems=tuple(problems),
         )
 
-    def _ensure_root_dir(self, problems: list[str]) -> None:
+    def _ensure_root_dir(self, problems: builtins.list[str]) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.root, 0o711)
+            # Traversable but not listable: each sandbox's host uid must reach its own pieces.
+            os.chmod(self.root, 0o711)  # noqa: S103
         except OSError as exc:
             problems.append(f"cannot prepare sandbox root {self.root}: {exc}")
             return
@@ -356,7 +358,7 @@ class LocalRuntime:
         v2, v1 = _cgroup_mounts()
         own = _own_cgroups()
         parents: dict[str, Path] = {}
-        reports: list[LimitReport] = []
+        reports: builtins.list[LimitReport] = []
         version = 0
 
         def parent_for(mount: Path, own_path: str) -> Path:
@@ -463,7 +465,7 @@ class LocalRuntime:
         self._write_state(directory, state)
 
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds_to_close: list[int] = []
+        fds_to_close: builtins.list[int] = []
         try:
             listener.bind(str(socket_path))
             os.chmod(socket_path, 0o600)
@@ -551,7 +553,7 @@ class LocalRuntime:
             return False
         state = self._read_state(directory) or {}
         init_pid = state.get("initPid")
-        if _alive(init_pid, state.get("initStart")):
+        if init_pid and _alive(init_pid, state.get("initStart")):
             # SIGKILL to a pid namespace's init takes every process in the namespace with it.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(init_pid, signal.SIGKILL)
@@ -579,7 +581,7 @@ class LocalRuntime:
             return None
         return self._info(sandbox_id, directory)
 
-    def list(self) -> list[SandboxInfo]:
+    def list(self) -> builtins.list[SandboxInfo]:
         if not self.root.is_dir():
             return []
         result = []
@@ -599,7 +601,7 @@ class LocalRuntime:
 
     # --- pieces ---------------------------------------------------------------------------------
 
-    def _drop_privileges(self, host_uid: int) -> list[str]:
+    def _drop_privileges(self, host_uid: int) -> builtins.list[str]:
         if not self._is_root:
             return []
         return ["setpriv", f"--reuid={host_uid}", f"--regid={host_uid}", "--clear-groups", "--"]
@@ -610,15 +612,15 @@ class LocalRuntime:
         return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
     @staticmethod
-    def _base_namespace_args(unshare_net: bool) -> list[str]:
+    def _base_namespace_args(unshare_net: bool) -> builtins.list[str]:
         args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if unshare_net:
             args.append("--unshare-net")
         return [*args, "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--cap-drop", "ALL"]
 
     @staticmethod
-    def _merged_usr_args() -> list[str]:
-        args: list[str] = []
+    def _merged_usr_args() -> builtins.list[str]:
+        args: builtins.list[str] = []
         for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             host = Path("/") / name
             if host.is_symlink():
@@ -630,7 +632,7 @@ class LocalRuntime:
     def _daemon_dir(self) -> Path:
         return Path(sandboxd.__file__).resolve().parent
 
-    def _filesystem_args(self, directory: Path) -> list[str]:
+    def _filesystem_args(self, directory: Path) -> builtins.list[str]:
         args = [
             "--ro-bind", "/usr", "/usr",
             *self._merged_usr_args(),
@@ -644,9 +646,9 @@ class LocalRuntime:
             args += ["--ro-bind", str(directory / "etc" / name), f"/etc/{name}"]
         args += [
             "--bind", str(directory / "home"), SANDBOX_HOME,
-            "--bind", str(directory / "tmp"), "/tmp",
+            "--bind", str(directory / "tmp"), "/tmp",  # noqa: S108 - a mount point inside the sandbox
             "--dir", "/var",
-            "--symlink", "../tmp", "/var/tmp",
+            "--symlink", "../tmp", "/var/tmp",  # noqa: S108
             "--tmpfs", "/run",
             "--dir", "/opt/svc",
             "--ro-bind", str(self._daemon_dir()), f"{LIB_MOUNT}/sandboxd",
@@ -687,18 +689,18 @@ class LocalRuntime:
             path.write_text(content)
             os.chmod(path, 0o644)
 
-    def _make_cgroups(self, sandbox_id: str) -> tuple[list[Path], list[LimitReport]]:
+    def _make_cgroups(self, sandbox_id: str) -> tuple[builtins.list[Path], builtins.list[LimitReport]]:
         plan = self._cgroup_plan()
         cfg = self.config
-        created: list[Path] = []
-        reports: list[LimitReport] = []
-        by_dir: dict[Path, list[str]] = {}
+        created: builtins.list[Path] = []
+        reports: builtins.list[LimitReport] = []
+        by_dir: dict[Path, builtins.list[str]] = {}
         for controller, parent in plan.parents.items():
             by_dir.setdefault(parent / sandbox_id, []).append(controller)
         for path in by_dir:
             path.mkdir(exist_ok=True)
             created.append(path)
-        settings: dict[str, list[tuple[str, str]]] = {}
+        settings: dict[str, builtins.list[tuple[str, str]]] = {}
         if plan.version == 1:
             period = 100_000
             settings = {
@@ -817,7 +819,7 @@ class LocalRuntime:
             detail = "slirp4netns failed: this sandbox has no network"
         return replace(network, mode="none", outbound=False, forwarded_host_ports=(), detail=detail)
 
-    def _attach(self, pid: int, cgroups: list[Path]) -> None:
+    def _attach(self, pid: int, cgroups: builtins.list[Path]) -> None:
         for cgroup in cgroups:
             try:
                 (cgroup / "cgroup.procs").write_text(str(pid))

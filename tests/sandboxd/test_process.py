@@ -10,7 +10,7 @@ import pytest
 from sandboxes.daemon_client import DaemonClient, ExecExit, ExecOutput, ProcessStream
 
 
-async def collect_until(stream: ProcessStream, needle: bytes, timeout: float = 10) -> bytes:
+async def collect_until(stream: ProcessStream, needle: bytes, seconds: float = 10) -> bytes:
     seen = b""
 
     async def read() -> None:
@@ -21,7 +21,7 @@ async def collect_until(stream: ProcessStream, needle: bytes, timeout: float = 1
                 if needle in seen:
                     return
 
-    await asyncio.wait_for(read(), timeout)
+    await asyncio.wait_for(read(), seconds)
     return seen
 
 
@@ -107,9 +107,13 @@ async def test_hanging_up_kills_the_process(client: DaemonClient) -> None:
     assert check.text == "gone\n"
 
 
-@pytest.mark.skipif(shutil.which("sshd") is None and not __import__("os").path.exists("/usr/sbin/sshd"), reason="no sshd")
+@pytest.mark.skipif(
+    shutil.which("sshd") is None and not __import__("os").path.exists("/usr/sbin/sshd"), reason="no sshd"
+)
 async def test_sshd_speaks_over_a_process_stream(client: DaemonClient) -> None:
-    setup = await client.run("mkdir -p ~/.ssh-test && ssh-keygen -q -t ed25519 -N '' -f ~/.ssh-test/host_key <<< y >/dev/null; echo ok")
+    setup = await client.run(
+        "mkdir -p ~/.ssh-test && ssh-keygen -q -t ed25519 -N '' -f ~/.ssh-test/host_key <<< y >/dev/null; echo ok"
+    )
     assert setup.text.endswith("ok\n"), setup.stderr
     stream = await client.open_process(
         ["/usr/sbin/sshd", "-i", "-e", "-f", "/dev/null", "-h", "/home/ubuntu/.ssh-test/host_key", "-o", "PidFile=none"]
