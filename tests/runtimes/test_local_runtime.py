@@ -141,7 +141,8 @@ async def test_the_service_port_is_forwarded(
 ) -> None:
     if local_runtime.capabilities().network.mode != "pasta":
         pytest.skip("only pasta forwards the service port")
-    result = await client.run(f"curl -s --max-time 5 http://127.0.0.1:{service_stub.port}/")
+    fetch = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{service_stub.port}/', timeout=5).read().decode(), end='')"
+    result = await client.run(f'python3 -c "{fetch}"')
     assert result.stdout == service_stub.body
 
 
