@@ -1,4 +1,4 @@
-"""ASGI entry point: daphne serves HTTP and WebSocket from this one application."""
+"""ASGI entry point: one application for HTTP and WebSocket (served by uvicorn in `make run`)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,6 @@ PORT = env_int("PORT", 8000, minimum=1)
 BASE_URL = (env_str("BASE_URL") or f"http://127.0.0.1:{PORT}").rstrip("/")
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -81,7 +80,7 @@ for _app in ("audit", "sandboxes", "terminal", "skills", "toolapi"):
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    # Serves the dashboard's and Swagger UI's static files from daphne itself: no separate web server.
+    # Serves the dashboard's and Swagger UI's static files from the ASGI server itself: no separate web server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -1,4 +1,4 @@
-"""A real daphne process serving the app against the test database, for streaming and WebSocket tests.
+"""A real ASGI server process (the one `make run` uses) serving the app against the test database, for streaming and WebSocket tests.
 
 Tests that use it must commit their data (``@pytest.mark.django_db(transaction=True)``), since the
 server is another process with its own connection.
@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
+SERVER_ARGS = ["--host", "127.0.0.1", "--lifespan", "off", "--no-access-log", "--log-level", "warning"]
 
 
 def free_port() -> int:
@@ -53,7 +54,7 @@ def start_live_server(extra_env: dict[str, str] | None = None) -> LiveServer:
     log_path = Path(settings.VAR_DIR) / f"live-{port}.log"
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        [sys.executable, "-m", "uvicorn", *SERVER_ARGS, "--port", str(port), "config.asgi:application"],
         cwd=ROOT,
         env=env,
         stdout=log,

@@ -49,6 +49,16 @@ class ExecRequestSerializer(serializers.Serializer[Any]):
     timeout = serializers.FloatField(required=False)
     workdir = serializers.CharField(required=False, default="/home/ubuntu", trim_whitespace=False)
 
+    def to_internal_value(self, data: Any) -> Any:
+        # CharField would turn 42 into "42"; a command or path that is not a string is a client bug.
+        if isinstance(data, dict):
+            wrong = {
+                k: ["Must be a string."] for k in ("command", "workdir") if k in data and not isinstance(data[k], str)
+            }
+            if wrong:
+                raise serializers.ValidationError(wrong)
+        return super().to_internal_value(data)
+
     def validate_command(self, value: str) -> str:
         if len(value.encode()) > settings.SANDBOX_EXEC_MAX_COMMAND_BYTES:
             raise serializers.ValidationError(f"At most {settings.SANDBOX_EXEC_MAX_COMMAND_BYTES} bytes.")

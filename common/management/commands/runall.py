@@ -1,4 +1,4 @@
-"""Run every process the service needs (daphne, Celery worker, Celery beat) and print how to get in.
+"""Run every process the service needs (the ASGI server, Celery worker, Celery beat) and print how to get in.
 
 Used by `make run`. Children share this process group's lifetime: Ctrl-C or SIGTERM stops them all.
 """
@@ -47,7 +47,20 @@ class Command(BaseCommand):
         python = sys.executable
         env = {**os.environ, "PORT": str(port)}
         commands = [
-            [python, "-m", "daphne", "-b", host, "-p", str(port), "config.asgi:application"],
+            # uvicorn, not daphne: it applies flow control to request and response bodies, so a 1 GiB
+            # upload or download streams through in bounded memory (daphne queues whole bodies).
+            [
+                python,
+                "-m",
+                "uvicorn",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--lifespan",
+                "off",
+                "config.asgi:application",
+            ],
             [python, "-m", "celery", "-A", "config", "worker", "--loglevel=INFO", "--concurrency=2"],
             [python, "-m", "celery", "-A", "config", "beat", "--loglevel=INFO"],
         ]

@@ -1,0 +1,137 @@
+"""read-file and write-file on real sandboxes."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+import pytest
+
+from audit.models import AuditEvent, EventType
+from tests.live import LiveServer
+from tests.sandboxes.conftest import exec_lines, stdout_of, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OCTETS = {"Content-Type": "application/octet-stream"}
+
+
+def _write(api: httpx.Client, sandbox_id: str, path: str, data: bytes) -> httpx.Response:
+    return api.post(f"/api/v1/sandboxes/{sandbox_id}/write-file", params={"path": path}, content=data, headers=OCTETS)
+
+
+def _read(api: httpx.Client, sandbox_id: str, path: str) -> httpx.Response:
+    return api.post(f"/api/v1/sandboxes/{sandbox_id}/read-file", params={"path": path})
+
+
+def test_binary_round_trip_with_nested_parents(api: httpx.Client, sandbox_id: str) -> None:
+    data = bytes(range(256)) * 3
+    written = _write(api, sandbox_id, "/home/ubuntu/a/b/c/all.bin", data)
+    assert written.status_code == 200, written.text
+    assert written.json() == {"path": "/home/ubuntu/a/b/c/all.bin", "size": len(data)}
+    read = _read(api, sandbox_id, "/home/ubuntu/a/b/c/all.bin")
+    assert read.status_code == 200
+    assert read.headers["content-type"] == "application/octet-stream"
+    assert read.content == data
+    # Written as the sandbox user, visible to commands.
+    assert stdout_of(exec_lines(api, sandbox_id, "stat -c %u /home/ubuntu/a/b/c/all.bin")) == "1000\n"
+
+
+def test_overwrite_is_atomic_and_complete(api: httpx.Client, sandbox_id: str) -> None:
+    _write(api, sandbox_id, "/tmp/f", b"first version, longer")
+    _write(api, sandbox_id, "/tmp/f", b"second")
+    assert _read(api, sandbox_id, "/tmp/f").content == b"second"
+    assert stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")).split() == ["f"], "no temporary files left"
+
+
+def test_read_errors(api: httpx.Client, sandbox_id: str) -> None:
+    missing = _read(api, sandbox_id, "/home/ubuntu/nothing")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "file_not_found"
+    directory = _read(api, sandbox_id, "/home/ubuntu")
+    assert directory.status_code == 400 and directory.json()["error"]["code"] == "is_a_directory"
+    relative = _read(api, sandbox_id, "notes.txt")
+    assert relative.status_code == 400 and "path" in relative.json()["error"]["details"]["fields"]
+    no_path = api.post(f"/api/v1/sandboxes/{sandbox_id}/read-file")
+    assert no_path.status_code == 400
+
+
+def test_write_errors_leave_nothing_behind(api: httpx.Client, sandbox_id: str) -> None:
+    wrong_type = api.post(
+        f"/api/v1/sandboxes/{sandbox_id}/write-file",
+        params={"path": "/tmp/x"},
+        content=b"x",
+        headers={"Content-Type": "text/plain"},
+    )
+    assert wrong_type.status_code == 415 and wrong_type.json()["error"]["code"] == "unsupported_media_type"
+    relative = _write(api, sandbox_id, "tmp/x", b"x")
+    assert relative.status_code == 400
+    onto_directory = _write(api, sandbox_id, "/home/ubuntu", b"x")
+    assert onto_directory.status_code == 400
+    assert stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")) == ""
+
+
+def test_files_are_audited(api: httpx.Client, sandbox_id: str) -> None:
+    _write(api, sandbox_id, "/tmp/audited", b"12345")
+    _read(api, sandbox_id, "/tmp/audited")
+    write = wait_for(lambda: AuditEvent.objects.filter(sandbox_id=sandbox_id, event_type=EventType.WRITE_FILE).first())
+    assert write.data == {"path": "/tmp/audited", "bytes": 5}
+    read = wait_for(lambda: AuditEvent.objects.filter(sandbox_id=sandbox_id, event_type=EventType.READ_FILE).first())
+    assert read.data["path"] == "/tmp/audited" and read.data["bytes"] == 5
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_a_200_mb_file_with_bounded_server_memory(api: httpx.Client, sandbox_id: str, live: LiveServer) -> None:
+    size = 200 * 1024 * 1024
+    chunk = os.urandom(1024 * 1024)
+    before = _rss_kib(live.process.pid)
+
+    def body():  # type: ignore[no-untyped-def]
+        for _ in range(size // len(chunk)):
+            yield chunk
+
+    written = api.post(
+        f"/api/v1/sandboxes/{sandbox_id}/write-file",
+        params={"path": "/home/ubuntu/big"},
+        content=body(),
+        headers=OCTETS,
+    )
+    assert written.status_code == 200, written.text
+    assert written.json()["size"] == size
+    received = 0
+    first = b""
+    with api.stream(
+        "POST", f"/api/v1/sandboxes/{sandbox_id}/read-file", params={"path": "/home/ubuntu/big"}
+    ) as response:
+        for part in response.iter_bytes():
+            if not first:
+                first = part[: len(chunk)]
+            received += len(part)
+    assert received == size
+    assert first == chunk[: len(first)]
+    growth_mib = (_rss_kib(live.process.pid) - before) / 1024
+    assert growth_mib < 64, f"server memory grew by {growth_mib:.0f} MiB moving a 200 MiB file"
+
+
+def test_size_limit_is_413(tmp_path: object, enabled: object, transactional_db: None) -> None:
+    from tests.live import start_live_server, stop_live_server
+
+    server = start_live_server({"SANDBOX_WRITE_MAX_BYTES": "1000"})
+    try:
+        headers = {**enabled.auth}  # type: ignore[attr-defined]
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as client:
+            sandbox_id = client.post("/api/v1/sandboxes").json()["id"]
+            too_big = _write(client, sandbox_id, "/tmp/big", b"x" * 1001)
+            assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "payload_too_large"
+            assert _write(client, sandbox_id, "/tmp/ok", b"x" * 1000).status_code == 200
+            assert stdout_of(exec_lines(client, sandbox_id, "ls /tmp")).split() == ["ok"]
+            client.delete(f"/api/v1/sandboxes/{sandbox_id}")
+    finally:
+        stop_live_server(server)
