@@ -259,6 +259,12 @@ SANDBOX_WRITE_MAX_BYTES = env_int("SANDBOX_WRITE_MAX_BYTES", 1024**3, minimum=1)
 # inactivity reaper never takes a sandbox that is busy.
 SANDBOX_ACTIVITY_HEARTBEAT_SECONDS = env_int("SANDBOX_ACTIVITY_HEARTBEAT_SECONDS", 60, minimum=1)
 SANDBOX_RECONCILE_SECONDS = env_int("SANDBOX_RECONCILE_SECONDS", 300, minimum=1)
+SANDBOX_REAPER_SECONDS = env_float("SANDBOX_REAPER_SECONDS", 60, minimum=0.5)
+SANDBOX_CREDENTIALS_REFRESH_SECONDS = env_float("SANDBOX_CREDENTIALS_REFRESH_SECONDS", 60, minimum=0.5)
+# A sandbox's token is renewed once it has less than this left.
+SANDBOX_CREDENTIALS_MARGIN_SECONDS = env_int("SANDBOX_CREDENTIALS_MARGIN_SECONDS", 600, minimum=1)
+# The service as a sandbox reaches it (the runtime forwards the service's port to the sandbox's loopback).
+SANDBOX_SERVICE_URL = (env_str("SANDBOX_SERVICE_URL") or f"http://127.0.0.1:{PORT}").rstrip("/")
 
 # How much of each exec's stdout and stderr the audit log keeps (byte counts are always complete).
 AUDIT_OUTPUT_CAP_BYTES = env_int("AUDIT_OUTPUT_CAP_BYTES", 64 * 1024, minimum=0)

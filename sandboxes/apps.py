@@ -5,4 +5,4 @@ class SandboxesConfig(AppConfig):
     name = "sandboxes"
 
     def ready(self) -> None:
-        from sandboxes import health  # noqa: F401 - registers the runtime readiness check
+        from sandboxes import credentials, health  # noqa: F401 - register the exchange resolver and health check

@@ -43,6 +43,10 @@ class Sandbox(models.Model):
     destroyed_at = models.DateTimeField(null=True, blank=True)
     destroy_reason = models.CharField(max_length=16, choices=DestroyReason.choices, blank=True)
     failure = models.TextField(blank=True)
+    # The read-only API token inside the sandbox (~/.svc.config, SVC_API_KEY): when it expires, and the
+    # last refresh failure, shown on the sandbox so a broken refresh is never silent.
+    credentials_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    credentials_error = models.TextField(blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["organization", "status"])]

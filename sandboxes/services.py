@@ -23,6 +23,7 @@ from audit.services import record_event
 from common.crypto import decrypt_str, encrypt
 from common.errors import ApiError
 from common.principal import Principal
+from sandboxes import credentials
 from sandboxes.daemon_client import DaemonClient
 from sandboxes.models import ACTIVE_STATUSES, DestroyReason, Sandbox, SandboxStatus
 from sandboxes.runtime import get_runtime, parse_address
@@ -94,6 +95,13 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
         # Destroyed while it was starting: nothing may keep running for it.
         get_runtime().destroy(sandbox.pk)
         raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
+    sandbox.refresh_from_db()
+    try:
+        credentials.provision(sandbox)
+    except Exception as exc:
+        # The sandbox works without them; the failure is on its detail and the refresh job retries.
+        logger.exception("sandbox %s: credentials could not be provisioned", sandbox.pk)
+        Sandbox.objects.filter(pk=sandbox.pk).update(credentials_error=f"provisioning failed: {exc}"[:2000])
     sandbox.refresh_from_db()
     record_event(
         organization=principal.organization,
@@ -179,3 +187,18 @@ def reconcile() -> dict[str, list[str]]:
     if vanished or orphans:
         logger.info("reconciled sandboxes: vanished=%s orphans=%s", vanished, orphans)
     return {"vanished": vanished, "orphans": orphans}
+
+
+def reap_idle() -> list[str]:
+    """Destroy sandboxes idle longer than SANDBOX_IDLE_SECONDS. Safe to run concurrently: each destroy
+    takes the sandbox's row lock and only the first one acts."""
+    cutoff = timezone.now() - timedelta(seconds=settings.SANDBOX_IDLE_SECONDS)
+    reaped = []
+    for sandbox in Sandbox.objects.filter(status=SandboxStatus.RUNNING, last_activity_at__lt=cutoff):
+        if destroy_sandbox(
+            sandbox=sandbox,
+            reason=DestroyReason.INACTIVITY,
+            detail=f"idle since {sandbox.last_activity_at.isoformat()}",
+        ):
+            reaped.append(sandbox.pk)
+    return reaped

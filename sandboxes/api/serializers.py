@@ -16,6 +16,7 @@ class SandboxSerializer(serializers.ModelSerializer[Sandbox]):
     destroyedAt = serializers.DateTimeField(source="destroyed_at")
     destroyReason = serializers.CharField(source="destroy_reason")
     createdBy = serializers.SerializerMethodField()
+    credentials = serializers.SerializerMethodField()
 
     class Meta:
         model = Sandbox
@@ -30,6 +31,7 @@ class SandboxSerializer(serializers.ModelSerializer[Sandbox]):
             "destroyReason",
             "createdBy",
             "limits",
+            "credentials",
         ]
 
     def get_createdBy(self, sandbox: Sandbox) -> dict[str, Any] | None:
@@ -37,6 +39,10 @@ class SandboxSerializer(serializers.ModelSerializer[Sandbox]):
         if user is None:
             return None
         return {"id": user.pk, "email": user.email, "name": user.name}
+
+    def get_credentials(self, sandbox: Sandbox) -> dict[str, Any]:
+        expires = sandbox.credentials_expires_at
+        return {"expiresAt": expires.isoformat() if expires else None, "error": sandbox.credentials_error or None}
 
     def get_idleExpiresAt(self, sandbox: Sandbox) -> str | None:
         if not sandbox.is_active:

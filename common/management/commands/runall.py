@@ -14,6 +14,7 @@ import urllib.request
 from typing import Any
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from accounts import services
@@ -65,6 +66,9 @@ class Command(BaseCommand):
             [python, "-m", "celery", "-A", "config", "beat", "--loglevel=INFO"],
         ]
         token = self._bootstrap_token()
+        # Sandboxes survive a restart of the service; reconcile before serving so the database and the
+        # runtime agree on what runs.
+        call_command("reconcile_sandboxes")
         children = [subprocess.Popen(cmd, env=env) for cmd in commands]
 
         def stop(*_: Any) -> None:

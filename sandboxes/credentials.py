@@ -1,0 +1,135 @@
+"""Credentials inside a sandbox: a read-only, sandbox-bound API token in ~/.svc.config and SVC_API_KEY.
+
+At start the sandbox's daemon presents an identity token (signed by this service's OIDC issuer) to the
+RFC 8693 exchange from inside the sandbox. When the sandbox cannot reach the service (no network on
+this host), the control plane performs the same exchange on its behalf and pushes the result, so the
+credential is identical either way. Renewal is the control plane's: a new token is issued before the
+old one expires and pushed through the daemon; the old one simply runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts import oidc
+from accounts.models import Organization
+from accounts.services import IssuedToken, exchange_identity_token, issue_sandbox_token
+from audit.models import EventType
+from audit.services import record_event
+from sandboxes.models import Sandbox, SandboxStatus
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "~/.svc.config"
+
+
+def identity_claims(sandbox: Sandbox) -> dict[str, Any]:
+    return {"sandbox_id": sandbox.pk, "org": sandbox.organization_id, "creator": sandbox.created_by_id}
+
+
+def identity_token(sandbox: Sandbox) -> str:
+    return oidc.issue_identity_token(subject=f"sandbox:{sandbox.pk}", claims=identity_claims(sandbox))
+
+
+def resolve_sandbox_subject(claims: dict[str, Any]) -> oidc.ExchangeSubject | None:
+    """Identity claims → the live sandbox they name (registered with the token exchange)."""
+    sandbox_id = claims.get("sandbox_id")
+    if not isinstance(sandbox_id, str):
+        return None
+    sandbox = (
+        Sandbox.objects.filter(pk=sandbox_id, status__in=(SandboxStatus.CREATING, SandboxStatus.RUNNING))
+        .only("organization_id", "created_by_id")
+        .first()
+    )
+    if sandbox is None or sandbox.organization_id != claims.get("org") or sandbox.created_by_id is None:
+        return None
+    return oidc.ExchangeSubject(
+        user_id=sandbox.created_by_id, organization_id=sandbox.organization_id, sandbox_id=sandbox.pk
+    )
+
+
+def config_document(sandbox: Sandbox, organization: Organization, issued: IssuedToken) -> dict[str, Any]:
+    """The ~/.svc.config every SDK and CLI of the service reads (JSON, mode 600, owned by ubuntu)."""
+    assert issued.token.expires_at is not None
+    return {
+        "baseUrl": settings.SANDBOX_SERVICE_URL,
+        "token": issued.raw,
+        "expiresAt": issued.token.expires_at.isoformat(),
+        "organization": {"id": organization.pk, "slug": organization.slug},
+        "sandboxId": sandbox.pk,
+        "userId": sandbox.created_by_id,
+    }
+
+
+def _push(sandbox: Sandbox, issued: IssuedToken) -> None:
+    from sandboxes.services import daemon_client
+
+    document = config_document(sandbox, sandbox.organization, issued)
+    client = daemon_client(sandbox)
+    asyncio.run(client.update_credentials({"SVC_API_KEY": issued.raw, "SVC_BASE_URL": document["baseUrl"]}, document))
+
+
+def provision(sandbox: Sandbox) -> str:
+    """Give a just-started sandbox its credentials; returns how ("sandbox" or "control-plane")."""
+    issued = exchange_identity_token(subject_token=identity_token(sandbox))
+    _push(sandbox, issued)
+    _record_issued(sandbox, issued, via="control-plane")
+    return "control-plane"
+
+
+def _record_issued(sandbox: Sandbox, issued: IssuedToken, *, via: str) -> None:
+    Sandbox.objects.filter(pk=sandbox.pk).update(credentials_expires_at=issued.token.expires_at, credentials_error="")
+    record_event(
+        organization=sandbox.organization,
+        event_type=EventType.CREDENTIALS_ISSUED,
+        sandbox_id=sandbox.pk,
+        data={
+            "via": via,
+            "tokenPrefix": issued.token.prefix,
+            "expiresAt": issued.token.expires_at.isoformat() if issued.token.expires_at else None,
+        },
+    )
+
+
+def refresh(sandbox: Sandbox) -> bool:
+    """Issue a new token and push it; on failure record why and leave the next run to retry."""
+    if sandbox.created_by is None:
+        return False
+    issued = issue_sandbox_token(user=sandbox.created_by, organization=sandbox.organization, sandbox_id=sandbox.pk)
+    try:
+        _push(sandbox, issued)
+    except Exception as exc:
+        # The new token never reached the sandbox: revoke it so only one live credential exists.
+        issued.token.revoked_at = timezone.now()
+        issued.token.save(update_fields=["revoked_at"])
+        message = f"credential refresh failed: {exc}"
+        Sandbox.objects.filter(pk=sandbox.pk).update(credentials_error=message[:2000])
+        record_event(
+            organization=sandbox.organization,
+            event_type=EventType.CREDENTIALS_REFRESH_FAILED,
+            sandbox_id=sandbox.pk,
+            data={"error": str(exc)[:2000]},
+        )
+        logger.warning("sandbox %s: %s", sandbox.pk, message)
+        return False
+    _record_issued(sandbox, issued, via="refresh")
+    return True
+
+
+def due_for_refresh() -> list[Sandbox]:
+    margin = timezone.now() + timedelta(seconds=settings.SANDBOX_CREDENTIALS_MARGIN_SECONDS)
+    return list(
+        Sandbox.objects.filter(status=SandboxStatus.RUNNING)
+        .filter(Q(credentials_expires_at__lt=margin) | Q(credentials_error__gt=""))
+        .select_related("organization", "created_by")
+    )
+
+
+oidc.register_subject_resolver(resolve_sandbox_subject)

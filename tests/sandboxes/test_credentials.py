@@ -1,0 +1,63 @@
+"""Credentials inside a sandbox: exchanged at start, usable from inside, read-only, refreshed."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from accounts.models import ApiToken
+from audit.models import AuditEvent, EventType
+from sandboxes.models import Sandbox
+from tests.sandboxes.conftest import exec_lines, stdout_of
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CALL = """python3 - <<'PY'
+import json, os, urllib.request, urllib.error
+config = json.load(open(os.path.expanduser("~/.svc.config")))
+def call(method, path, body=None):
+    request = urllib.request.Request(config["baseUrl"] + path, method=method, data=body,
+        headers={"Authorization": "Bearer " + os.environ["SVC_API_KEY"], "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+print(json.dumps({"me": call("GET", "/api/v1/me"), "write": call("PATCH", "/api/v1/organization", b'{"name": "pwned"}'),
+                  "same": os.environ["SVC_API_KEY"] == config["token"]}))
+PY"""
+
+
+def test_sandbox_calls_the_service_read_only(api: httpx.Client, sandbox_id: str) -> None:
+    lines = exec_lines(api, sandbox_id, CALL)
+    assert lines[-1] == {"type": "done", "exitCode": 0}, lines
+    result = json.loads(stdout_of(lines))
+    status, me = result["me"]
+    assert status == 200, me
+    assert me["tokenReadOnly"] is True
+    status, denied = result["write"]
+    assert status == 403 and denied["error"]["code"] == "read_only_token"
+    assert result["same"] is True
+    token = ApiToken.objects.get(sandbox_id=sandbox_id)
+    assert token.read_only and token.expires_at is not None
+    assert AuditEvent.objects.filter(sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED).exists()
+
+
+def test_config_file_is_private_and_describes_the_sandbox(api: httpx.Client, sandbox_id: str) -> None:
+    mode = stdout_of(exec_lines(api, sandbox_id, "stat -c '%a %U' ~/.svc.config")).strip()
+    assert mode == "600 ubuntu"
+    config = json.loads(stdout_of(exec_lines(api, sandbox_id, "cat ~/.svc.config")))
+    assert config["sandboxId"] == sandbox_id
+    assert set(config) >= {"baseUrl", "token", "expiresAt", "organization", "sandboxId"}
+    detail = api.get(f"/api/v1/sandboxes/{sandbox_id}").json()
+    assert detail["credentials"]["expiresAt"] == Sandbox.objects.get(pk=sandbox_id).credentials_expires_at.isoformat()
+    assert detail["credentials"]["error"] is None
+
+
+def test_credentials_die_with_the_sandbox(api: httpx.Client, sandbox_id: str) -> None:
+    raw = json.loads(stdout_of(exec_lines(api, sandbox_id, "cat ~/.svc.config")))["token"]
+    assert api.get("/api/v1/me", headers={"Authorization": f"Bearer {raw}"}).status_code == 200
+    api.delete(f"/api/v1/sandboxes/{sandbox_id}")
+    assert api.get("/api/v1/me", headers={"Authorization": f"Bearer {raw}"}).status_code == 401
