@@ -124,6 +124,8 @@ class SandboxHandle:
 
 
 class SandboxState(enum.StrEnum):
+    # Being created right now by a live process: reconciliation must leave it alone.
+    STARTING = "starting"
     RUNNING = "running"
     # Known to the runtime (state on disk, a pod object) but its processes are gone.
     EXITED = "exited"

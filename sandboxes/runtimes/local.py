@@ -141,6 +141,10 @@ class LocalRuntimeConfig:
     tools_dir: Path | None = None
     host_uid_base: int = 2_000_000
     host_uid_count: int = 65_536
+    # Host-wide record of which sandbox holds which host uid, shared by every runtime root on the
+    # machine (test runs, several services) so no two sandboxes ever share a uid. /run is cleared
+    # at boot, exactly when every sandbox process is gone too.
+    uid_registry: Path = Path("/run/svc-sandboxes/uids")
     cpus: float = 1.0
     memory_bytes: int = GIB
     pids_max: int = 1024
@@ -435,8 +439,7 @@ class LocalRuntime:
                 directory.mkdir(mode=0o711)
             except FileExistsError:
                 raise SandboxCreateError(f"sandbox {sandbox_id} already exists") from None
-            host_uid = self._allocate_uid(sandbox_id)
-            (directory / "uid").write_text(str(host_uid))
+            host_uid = self._allocate_uid(directory)
 
         try:
             return self._start(sandbox_id, directory, socket_path, host_uid, secret, env or {})
@@ -459,6 +462,8 @@ class LocalRuntime:
         state: dict[str, Any] = {
             "sandboxId": sandbox_id,
             "hostUid": host_uid,
+            "creatorPid": os.getpid(),
+            "creatorStart": _proc_start_time(os.getpid()),
             "cgroups": [str(p) for p in cgroups],
             "createdAt": started,
         }
@@ -567,11 +572,19 @@ class LocalRuntime:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(slirp_pid, 0)
         deadline = time.monotonic() + 5
-        while _alive(init_pid, state.get("initStart")) and time.monotonic() < deadline:
+        while init_pid and _alive(init_pid, state.get("initStart")) and time.monotonic() < deadline:
             time.sleep(0.005)
+        host_uid = state.get("hostUid")
+        if self._is_root and isinstance(host_uid, int) and self._owns_uid(host_uid, directory):
+            # The host uid belongs to this sandbox alone, so whatever still runs under it is a piece
+            # of this sandbox that the steps above missed (for example a launch interrupted before
+            # its pid was recorded).
+            _kill_uid(host_uid)
         for cgroup in state.get("cgroups", []):
             self._remove_cgroup(Path(cgroup))
         shutil.rmtree(directory, onerror=_force_remove)
+        if self._is_root and isinstance(host_uid, int):
+            self._release_uid(host_uid, directory)
         return True
 
     def inspect(self, sandbox_id: str) -> SandboxInfo | None:
@@ -593,6 +606,10 @@ class LocalRuntime:
     def _info(self, sandbox_id: str, directory: Path) -> SandboxInfo:
         state = self._read_state(directory)
         if state is None or "secret" not in state:
+            if state is not None and _alive(state.get("creatorPid"), state.get("creatorStart")):
+                age = time.time() - float(state.get("createdAt", 0))
+                if age < self.config.start_timeout + 5:
+                    return SandboxInfo(sandbox_id, SandboxState.STARTING, None, "being created")
             return SandboxInfo(sandbox_id, SandboxState.EXITED, None, "never finished starting")
         handle = self._handle_from_state(state)
         if _alive(state.get("initPid"), state.get("initStart")):
@@ -900,6 +917,22 @@ class LocalRuntime:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    def _owns_uid(self, uid: int, directory: Path) -> bool:
+        """True if the registry says ``uid`` belongs to the sandbox in ``directory``."""
+        base = self.config.host_uid_base
+        if uid in (0, os.getuid()) or not base <= uid < base + self.config.host_uid_count:
+            return False
+        try:
+            return (self.config.uid_registry / str(uid)).read_text() == str(directory.resolve())
+        except OSError:
+            return False
+
+    def _release_uid(self, uid: int, directory: Path) -> None:
+        with self._registry_lock():
+            if self._owns_uid(uid, directory):
+                with contextlib.suppress(OSError):
+                    (self.config.uid_registry / str(uid)).unlink()
+
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -910,16 +943,33 @@ class LocalRuntime:
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-    def _allocate_uid(self, sandbox_id: str) -> int:
+    @contextlib.contextmanager
+    def _registry_lock(self) -> Iterator[None]:
+        registry = self.config.uid_registry
+        registry.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(registry / ".lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _allocate_uid(self, directory: Path) -> int:
         if not self._is_root:
             return os.getuid()
-        used = set()
-        for entry in self.root.iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                used.add(int((entry / "uid").read_text()))
-        for offset in range(self.config.host_uid_count):
-            uid = self.config.host_uid_base + offset
-            if uid not in used:
+        owner = str(directory.resolve())
+        with self._registry_lock():
+            for offset in range(self.config.host_uid_count):
+                uid = self.config.host_uid_base + offset
+                entry = self.config.uid_registry / str(uid)
+                try:
+                    holder = entry.read_text()
+                except FileNotFoundError:
+                    holder = ""
+                # A holder whose sandbox directory is gone was destroyed without releasing (a crash).
+                if holder and Path(holder).is_dir():
+                    continue
+                entry.write_text(owner)
                 return uid
         raise SandboxCreateError("no free host uid for another sandbox")
 
@@ -954,6 +1004,28 @@ class LocalRuntime:
                 else None
             ),
         )
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every live process whose real uid is ``uid``, until none is left."""
+    for _ in range(50):
+        found = False
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                status = Path(entry.path, "status").read_text()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            if int(fields.get("Uid", "-1 ").split()[0]) != uid or fields.get("State", "").strip().startswith("Z"):
+                continue
+            found = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.01)
 
 
 def _force_remove(function: Any, path: str, _exc_info: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from sandboxes.runtimes.base import (
     SandboxRuntime,
     SandboxState,
 )
-from sandboxes.runtimes.local import GIB, LocalRuntime, LocalRuntimeConfig
+from sandboxes.runtimes.local import GIB, LocalRuntime, LocalRuntimeConfig, _proc_start_time
 from tests.runtimes.conftest import ServiceStub, new_sandbox_id
 
 
@@ -296,3 +297,45 @@ def test_create_is_fast(local_runtime: LocalRuntime) -> None:
     local_runtime.destroy(handle.sandbox_id)
     # Generous for loaded CI machines; the benchmark reports the real figure.
     assert elapsed < 2.0
+
+
+def test_destroy_kills_strays_under_the_sandbox_uid(local_runtime: LocalRuntime) -> None:
+    """A process of the sandbox's host uid outside its namespaces (an interrupted launch) dies too."""
+    if os.geteuid() != 0:
+        pytest.skip("per-sandbox host uids need a root service")
+    handle = local_runtime.create(new_sandbox_id("s"))
+    uid = _state(local_runtime, handle.sandbox_id)["hostUid"]
+    stray = subprocess.Popen(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--", "sleep", "300"],
+        start_new_session=True,
+    )
+    try:
+        time.sleep(0.1)
+        local_runtime.destroy(handle.sandbox_id)
+        assert stray.wait(timeout=5) == -9
+    finally:
+        if stray.poll() is None:
+            stray.kill()
+            stray.wait()
+
+
+def test_a_sandbox_being_created_is_reported_as_starting(local_runtime: LocalRuntime) -> None:
+    sandbox_id = new_sandbox_id("c")
+    directory = local_runtime.root / sandbox_id
+    directory.mkdir()
+    try:
+        local_runtime._write_state(
+            directory,
+            {
+                "sandboxId": sandbox_id,
+                "creatorPid": os.getpid(),
+                "creatorStart": _proc_start_time(os.getpid()),
+                "createdAt": time.time(),
+                "cgroups": [],
+            },
+        )
+        info = local_runtime.inspect(sandbox_id)
+        assert info is not None and info.state == SandboxState.STARTING
+    finally:
+        local_runtime.destroy(sandbox_id)
+    assert not directory.exists()
