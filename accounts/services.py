@@ -65,7 +65,10 @@ def issue_sandbox_token(*, user: User, organization: Organization, sandbox_id: s
 
 def revoke_sandbox_tokens(*, sandbox_id: str) -> int:
     """Called when a sandbox is destroyed: its credentials die with it."""
-    return ApiToken.objects.filter(sandbox_id=sandbox_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    revoked = ApiToken.objects.filter(sandbox_id=sandbox_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    if revoked:
+        _forget_cached_principals()
+    return revoked
 
 
 def exchange_identity_token(*, subject_token: str) -> IssuedToken:
@@ -91,7 +94,18 @@ def revoke_token(*, token: ApiToken) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+        _forget_cached_principals()
     return token
+
+
+def _forget_cached_principals() -> None:
+    # Imported here: common.auth imports this app's models. Dropped now, so this process stops
+    # accepting the token at once, and again after commit, so a lookup that read the token just
+    # before the revocation committed cannot keep it cached.
+    from common.auth import forget_cached_principals
+
+    forget_cached_principals()
+    transaction.on_commit(forget_cached_principals)
 
 
 @transaction.atomic

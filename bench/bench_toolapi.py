@@ -1,8 +1,15 @@
 """Tool HTTP API against mcpo, side by side on one upstream, plus openapi.json for 1,000 tools.
 
 Starts, each in its own process: an upstream MCP server (streamable HTTP), this service under daphne
-(fresh SQLite state in a temporary directory) and mcpo (installed from PyPI into its own virtualenv,
-var/bench-mcpo-venv, on first use). Both proxies call the same upstream tool with the same arguments.
+with production settings (SVC_ENV=production, so DEBUG off; fresh SQLite state in a temporary
+directory) and mcpo under uvicorn (installed from PyPI into its own virtualenv, var/bench-mcpo-venv,
+on first use). Both proxies call the same upstream tool with the same arguments.
+
+Fairness on a shared machine: both are warmed up, then measured in ROUNDS rounds. In each round the
+sequential calls alternate between the two request by request, and the concurrent load alternates
+between them in SLICES short bursts each (who goes first alternating too), so load from anything
+else running lands on both equally. Latency percentiles are over all rounds' samples; calls/s is the
+median of rounds. Each round's ratios are printed too, so the spread is visible.
 
 Figures: tool call p50/p99 latency (one caller at a time) and calls/s (CONCURRENCY callers) for each,
 ours divided by mcpo's (latency ratio target <= 1.0), and the time to serve a warm openapi.json
@@ -14,7 +21,9 @@ Standalone: .venv/bin/python -m bench.bench_toolapi
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -33,9 +42,11 @@ MCPO_VERSION = "0.0.20"
 MCPO_MCP_VERSION = "1.30.0"
 MCPO_FASTAPI_VERSION = "0.128.0"
 MCPO_VENV = ROOT / "var" / "bench-mcpo-venv"
-WARMUP = 50
-SEQUENTIAL_CALLS = 400
-CONCURRENT_CALLS = 2000
+WARMUP = 100
+ROUNDS = 5
+SEQUENTIAL_CALLS = 200  # per proxy and round
+CONCURRENT_CALLS = 1000  # per proxy and round
+SLICES = 5  # bursts the concurrent calls of a round are split into, alternating between the proxies
 CONCURRENCY = 16
 OPENAPI_TOOLS = 1000
 OPENAPI_REQUESTS = 50
@@ -154,28 +165,72 @@ def _mcpo_binary() -> Path:
 # -- load ---------------------------------------------------------------------------------------------
 
 
-async def _measure(url: str, headers: dict[str, str], calls: int, concurrency: int) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    body = {"a": 1, "b": 2}
+BODY = {"a": 1, "b": 2}
+Target = tuple[str, dict[str, str]]  # URL, headers
+
+
+def _client(concurrency: int) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(headers=headers, timeout=30, limits=limits) as client:
+    return httpx.AsyncClient(timeout=30, limits=limits)
+
+
+async def _call(client: httpx.AsyncClient, target: Target) -> float:
+    started = time.perf_counter()
+    response = await client.post(target[0], json=BODY, headers=target[1])
+    elapsed = time.perf_counter() - started
+    response.raise_for_status()
+    return elapsed
+
+
+async def _sequential(ours: Target, theirs: Target, calls: int) -> tuple[list[float], list[float]]:
+    """One caller, alternating between the two request by request (and which goes first)."""
+    mine: list[float] = []
+    other: list[float] = []
+    async with _client(1) as client:
+        for index in range(calls):
+            pair = [(ours, mine), (theirs, other)]
+            for target, latencies in pair if index % 2 == 0 else reversed(pair):
+                latencies.append(await _call(client, target))
+    return mine, other
+
+
+async def _burst(client: httpx.AsyncClient, target: Target, calls: int, concurrency: int) -> float:
+    """Seconds ``calls`` calls take with ``concurrency`` callers."""
+    remaining = calls
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await _call(client, target)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+async def _throughputs(ours: Target, theirs: Target, first_ours: bool) -> tuple[float, float]:
+    """Calls/s of each, from alternating bursts."""
+    elapsed = {id(ours): 0.0, id(theirs): 0.0}
+    async with _client(CONCURRENCY) as mine, _client(CONCURRENCY) as other:
+        clients = {id(ours): mine, id(theirs): other}
+        for target in (ours, theirs):  # open the connections first
+            await _burst(clients[id(target)], target, CONCURRENCY, CONCURRENCY)
+        for index in range(SLICES):
+            order = [ours, theirs] if (index % 2 == 0) == first_ours else [theirs, ours]
+            for target in order:
+                elapsed[id(target)] += await _burst(
+                    clients[id(target)], target, CONCURRENT_CALLS // SLICES, CONCURRENCY
+                )
+    calls = CONCURRENT_CALLS // SLICES * SLICES
+    return calls / elapsed[id(ours)], calls / elapsed[id(theirs)]
+
+
+async def _warm_up(ours: Target, theirs: Target) -> None:
+    async with _client(1) as client:
         for _ in range(WARMUP):
-            (await client.post(url, json=body)).raise_for_status()
-        remaining = calls
-
-        async def worker() -> None:
-            nonlocal remaining
-            while remaining > 0:
-                remaining -= 1
-                started = time.perf_counter()
-                response = await client.post(url, json=body)
-                latencies.append(time.perf_counter() - started)
-                response.raise_for_status()
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    return latencies, calls / elapsed
+            await _call(client, ours)
+            await _call(client, theirs)
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -183,13 +238,39 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
-def _figures(url: str, headers: dict[str, str]) -> dict[str, float]:
-    sequential, _ = asyncio.run(_measure(url, headers, SEQUENTIAL_CALLS, 1))
-    _, throughput = asyncio.run(_measure(url, headers, CONCURRENT_CALLS, CONCURRENCY))
+def _compare(ours: Target, theirs: Target) -> dict[str, float]:
+    asyncio.run(_warm_up(ours, theirs))
+    mine_all: list[float] = []
+    other_all: list[float] = []
+    mine_rates: list[float] = []
+    other_rates: list[float] = []
+    p50_ratios: list[float] = []
+    rate_ratios: list[float] = []
+    for round_number in range(ROUNDS):
+        mine, other = asyncio.run(_sequential(ours, theirs, SEQUENTIAL_CALLS))
+        mine_rate, other_rate = asyncio.run(_throughputs(ours, theirs, first_ours=round_number % 2 == 0))
+        mine_all += mine
+        other_all += other
+        mine_rates.append(mine_rate)
+        other_rates.append(other_rate)
+        p50_ratios.append(_percentile(mine, 0.5) / _percentile(other, 0.5))
+        rate_ratios.append(mine_rate / other_rate)
+        print(
+            f"round {round_number + 1}: p50 {_percentile(mine, 0.5) * 1000:.2f} vs {_percentile(other, 0.5) * 1000:.2f} ms"
+            f" (ratio {p50_ratios[-1]:.3f}), calls/s {mine_rate:.0f} vs {other_rate:.0f} (ratio {rate_ratios[-1]:.3f})",
+            flush=True,
+        )
     return {
-        "p50_ms": _percentile(sequential, 0.50) * 1000,
-        "p99_ms": _percentile(sequential, 0.99) * 1000,
-        "calls_per_s": throughput,
+        "ours_p50_ms": _percentile(mine_all, 0.50) * 1000,
+        "ours_p99_ms": _percentile(mine_all, 0.99) * 1000,
+        "ours_calls_per_s": statistics.median(mine_rates),
+        "mcpo_p50_ms": _percentile(other_all, 0.50) * 1000,
+        "mcpo_p99_ms": _percentile(other_all, 0.99) * 1000,
+        "mcpo_calls_per_s": statistics.median(other_rates),
+        "p50_ratio_min": min(p50_ratios),
+        "p50_ratio_max": max(p50_ratios),
+        "throughput_ratio_min": min(rate_ratios),
+        "throughput_ratio_max": max(rate_ratios),
     }
 
 
@@ -210,6 +291,10 @@ def run() -> dict[str, float]:
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "config.settings",
+            "SVC_ENV": "production",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ENCRYPTION_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+            "ALLOWED_HOSTS": "127.0.0.1",
             "SVC_VAR_DIR": str(workdir / "var"),
             "DEBUG": "false",
             "LOG_LEVEL": "WARNING",
@@ -251,8 +336,7 @@ def run() -> dict[str, float]:
             else:
                 raise RuntimeError(f"upstream {name} never became healthy")
 
-        mine = _figures(f"{ours}/api/mcp-httpapi/tools/bench__add", auth)
-        theirs = _figures(f"{mcpo_base}/add", {})
+        compared = _compare((f"{ours}/api/mcp-httpapi/tools/bench__add", auth), (f"{mcpo_base}/add", {}))
 
         with httpx.Client(headers=auth, timeout=60) as client:
             started = time.perf_counter()
@@ -267,15 +351,10 @@ def run() -> dict[str, float]:
                 warm.append((time.perf_counter() - started) * 1000)
 
         figures = {
-            "ours_p50_ms": mine["p50_ms"],
-            "ours_p99_ms": mine["p99_ms"],
-            "ours_calls_per_s": mine["calls_per_s"],
-            "mcpo_p50_ms": theirs["p50_ms"],
-            "mcpo_p99_ms": theirs["p99_ms"],
-            "mcpo_calls_per_s": theirs["calls_per_s"],
-            "p50_latency_ratio": mine["p50_ms"] / theirs["p50_ms"],
-            "p99_latency_ratio": mine["p99_ms"] / theirs["p99_ms"],
-            "throughput_ratio": mine["calls_per_s"] / theirs["calls_per_s"],
+            **compared,
+            "p50_latency_ratio": compared["ours_p50_ms"] / compared["mcpo_p50_ms"],
+            "p99_latency_ratio": compared["ours_p99_ms"] / compared["mcpo_p99_ms"],
+            "throughput_ratio": compared["ours_calls_per_s"] / compared["mcpo_calls_per_s"],
             "openapi_operations": float(operations),
             "openapi_cold_ms": cold_ms,
             "openapi_warm_p50_ms": statistics.median(warm),

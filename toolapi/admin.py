@@ -5,10 +5,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from toolapi import services
+from toolapi import catalog, services
 from toolapi.models import McpServer, McpTool, ToolCall
 
 
@@ -45,6 +46,10 @@ class McpServerForm(forms.ModelForm[McpServer]):
         if commit:
             server.save()
             self.save_m2m()
+        # Calls look tools up through a short-lived cache; a server changed here must not keep its
+        # old settings (or tools) there. The admin saves inside a transaction: drop them again at commit.
+        catalog.forget_tools()
+        transaction.on_commit(catalog.forget_tools)
         return server
 
 

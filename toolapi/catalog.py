@@ -1,17 +1,22 @@
-"""The caller's published catalog: the OpenAPI document, cached, and the result serialization."""
+"""The caller's published catalog: the OpenAPI document and tool lookups, cached, and the result serialization."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+from django.conf import settings
 
 from common.principal import Principal
 from toolapi import selectors
+from toolapi.models import McpTool
 from toolapi.openapi import build_document
+from toolapi.upstream import UpstreamTarget
 
 _DOC_CACHE_SIZE = 256
 _docs: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
@@ -45,6 +50,78 @@ def openapi_bytes(*, principal: Principal, server_url: str) -> bytes:
 def clear_cache() -> None:
     with _docs_lock:
         _docs.clear()
+    forget_tools()
+
+
+# -- tool lookups for calls ------------------------------------------------------------------------
+#
+# Every call needs "the tool this caller may call under this name" and its upstream address (whose
+# headers are decrypted). Both are kept for TOOL_CACHE_SECONDS per (organization, user, name). Any
+# change made through toolapi.services in this process (a server disabled, deleted, re-shared,
+# re-pointed; tools rediscovered) drops every entry at once; changes made elsewhere (another process,
+# team membership) take effect within the bound. Unknown names are not cached, so a newly discovered
+# tool is callable right away.
+
+DEFAULT_TOOL_CACHE_SECONDS = 2.0
+_TOOL_CACHE_MAX = 10_000
+
+
+@dataclass(frozen=True)
+class CallableTool:
+    tool: McpTool
+    target: UpstreamTarget
+
+
+_tools: dict[tuple[str, str, str], tuple[CallableTool, float]] = {}
+_tools_lock = threading.Lock()
+_tools_generation = 0
+
+
+def _tool_ttl() -> float:
+    return float(getattr(settings, "TOOL_CACHE_SECONDS", DEFAULT_TOOL_CACHE_SECONDS))
+
+
+def _tool_key(principal: Principal, name: str) -> tuple[str, str, str]:
+    return (principal.organization.pk, principal.user.pk, name)
+
+
+def cached_tool(*, principal: Principal, name: str) -> CallableTool | None:
+    """The cached lookup, if fresh; never touches the database (safe on the event loop)."""
+    entry = _tools.get(_tool_key(principal, name))
+    if entry is None or time.monotonic() >= entry[1]:
+        return None
+    return entry[0]
+
+
+def tool_for_call(*, principal: Principal, name: str) -> CallableTool | None:
+    """The tool ``principal`` may call as ``name`` with its upstream target, or None (404)."""
+    found = cached_tool(principal=principal, name=name)
+    if found is not None:
+        return found
+    generation = _tools_generation
+    tool = selectors.tool_for_call(principal=principal, name=name)
+    if tool is None:
+        return None
+    # Imported here: services imports this module to invalidate it.
+    from toolapi.services import target_for
+
+    found = CallableTool(tool=tool, target=target_for(tool.server))
+    ttl = _tool_ttl()
+    if ttl > 0:
+        with _tools_lock:
+            if generation == _tools_generation:
+                if len(_tools) >= _TOOL_CACHE_MAX:
+                    _tools.clear()
+                _tools[_tool_key(principal, name)] = (found, time.monotonic() + ttl)
+    return found
+
+
+def forget_tools() -> None:
+    """Drop every cached tool lookup of this process (the catalog or a server's settings changed)."""
+    global _tools_generation
+    with _tools_lock:
+        _tools_generation += 1
+        _tools.clear()
 
 
 def serialize_result(result: types.CallToolResult) -> dict[str, Any]:

@@ -24,10 +24,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
-from common.auth import InvalidToken, bearer_from_header, principal_from_raw_token
+from common.auth import InvalidToken, bearer_from_header, cached_principal, principal_from_raw_token_cached
 from common.errors import error_body
 from common.principal import Principal
-from toolapi import selectors, services
+from toolapi import catalog, selectors, services
 from toolapi.models import CallChannel, CallStatus, McpTool
 from toolapi.upstream import UpstreamError, UpstreamTimeout, UpstreamUnreachable, hub
 from toolapi.validation import validation_details
@@ -77,9 +77,12 @@ def _error_result(message: str) -> types.CallToolResult:
 async def _call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
     principal = _principal(ctx)
     started = time.perf_counter()
-    tool = await sync_to_async(selectors.tool_for_call)(principal=principal, name=params.name)
-    if tool is None:
+    found = catalog.cached_tool(principal=principal, name=params.name) or await sync_to_async(catalog.tool_for_call)(
+        principal=principal, name=params.name
+    )
+    if found is None:
         raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+    tool = found.tool
     arguments = params.arguments or {}
     request_bytes = len(json.dumps(arguments))
 
@@ -110,7 +113,7 @@ async def _call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallTool
             logger.debug("progress not relayed: %s", exc)
 
     try:
-        result = await hub.call_tool(services.target_for(tool.server), tool.upstream_name, arguments, progress)
+        result = await hub.call_tool(found.target, tool.upstream_name, arguments, progress)
     except asyncio.CancelledError:
         await audit(CallStatus.CANCELLED, True, 0)
         raise
@@ -156,7 +159,7 @@ def _authenticate(header: str | None) -> Principal | tuple[str, str]:
     if raw is None:
         return ("not_authenticated", "Authentication credentials were not provided.")
     try:
-        return principal_from_raw_token(raw)
+        return principal_from_raw_token_cached(raw)
     except InvalidToken:
         return ("authentication_failed", "Invalid or expired token.")
 
@@ -212,11 +215,15 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope.get("headers", [])}
-        outcome = await sync_to_async(_authenticate)(headers.get("authorization"))
+        raw = bearer_from_header(headers.get("authorization"))
+        outcome = (cached_principal(raw) if raw else None) or await sync_to_async(_authenticate)(
+            headers.get("authorization")
+        )
         if not isinstance(outcome, Principal):
             code, message = outcome
             await _send_json(send, 401, error_body(code, message), [(b"www-authenticate", b'Bearer realm="api"')])
             return
+        hub.adopt_running_loop()
         manager = await self._manager()
         try:
             await manager.handle_request({**scope, PRINCIPAL_SCOPE_KEY: outcome}, receive, send)

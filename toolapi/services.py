@@ -16,6 +16,7 @@ from django.utils import timezone
 from accounts.models import Organization, Team, User
 from common.errors import ApiError
 from common.principal import Principal
+from toolapi import catalog
 from toolapi.models import TOOL_SEPARATOR, CallChannel, CallStatus, Health, McpServer, McpTool, ToolCall, Visibility
 from toolapi.upstream import UpstreamError, UpstreamTarget, hub
 
@@ -42,6 +43,13 @@ def target_for(server: McpServer) -> UpstreamTarget:
         headers=tuple(sorted(server.headers.items())),
         timeout=server.timeout_seconds,
     )
+
+
+def _catalog_changed() -> None:
+    # Cached tool lookups of this process: dropped now, and again once the change is committed, so a
+    # lookup that read the old rows in between cannot keep serving them.
+    catalog.forget_tools()
+    transaction.on_commit(catalog.forget_tools)
 
 
 def _set_teams(server: McpServer, team_ids: Iterable[str]) -> None:
@@ -144,6 +152,7 @@ def update_server(
     if team_ids is not _UNSET:
         _set_teams(server, team_ids)
     server_id = server.pk
+    _catalog_changed()
     transaction.on_commit(lambda: hub.close_server(server_id))
     return server, rediscover
 
@@ -152,6 +161,7 @@ def update_server(
 def delete_server(*, server: McpServer) -> None:
     server_id = server.pk
     server.delete()
+    _catalog_changed()
     transaction.on_commit(lambda: hub.close_server(server_id))
 
 
@@ -214,6 +224,7 @@ def _store_tools(server: McpServer, rows: list[dict[str, Any]]) -> bool:
     fields: dict[str, Any] = {"health": Health.OK, "last_error": "", "last_checked_at": now}
     if changed:
         fields["catalog_changed_at"] = now
+        _catalog_changed()
     McpServer.objects.filter(pk=server.pk).update(**fields)
     return changed
 
@@ -268,7 +279,38 @@ def record_call(
     request_bytes: int,
     response_bytes: int,
 ) -> ToolCall:
-    return ToolCall.objects.create(
+    call = new_call_record(
+        principal=principal,
+        tool=tool,
+        channel=channel,
+        status=status,
+        is_error=is_error,
+        duration_ms=duration_ms,
+        request_bytes=request_bytes,
+        response_bytes=response_bytes,
+    )
+    call.save(force_insert=True)
+    return call
+
+
+def record_calls(calls: list[dict[str, Any]]) -> None:
+    """record_call for many calls (each a dict of its keyword arguments) in one statement."""
+    ToolCall.objects.bulk_create([new_call_record(**call) for call in calls])
+
+
+def new_call_record(
+    *,
+    principal: Principal,
+    tool: McpTool,
+    channel: CallChannel,
+    status: CallStatus,
+    is_error: bool,
+    duration_ms: float,
+    request_bytes: int,
+    response_bytes: int,
+) -> ToolCall:
+    """The audit record of one call, not yet saved."""
+    return ToolCall(
         organization=principal.organization,
         server_id=tool.server_id,
         server_name=tool.server.name,

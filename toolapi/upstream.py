@@ -1,20 +1,25 @@
 """Connections to upstream MCP servers, shared by every request of the process.
 
-All upstream traffic runs on one event loop in a dedicated thread. Requests from daphne's loop, from
-the sync Django test client, from Celery workers or from management commands hand their coroutine to
-that loop and await the result, so:
+Under an ASGI server, requests call upstreams on the server's own event loop (adopted by the ASGI
+entry points, see adopt_running_loop). Everything else (sync views in worker threads, the Django test
+client, Celery workers, management commands) hands its coroutine to one event loop in a dedicated
+thread and awaits the result. Each of these (at most two) loops keeps its own sessions, so:
 
-- one long-lived MCP session per upstream is reused by every call (no handshake per call), whatever
-  loop or thread the caller runs on;
+- one long-lived MCP session per upstream and loop is reused by every call (no handshake per call),
+  whatever thread the caller runs on;
 - cancelling the caller (a client that hung up) cancels the upstream call, which the SDK turns into
   a cancellation the upstream server observes;
 - a broken upstream only fails the calls that go to it.
+
+Calling on the server's loop matters for latency: a call handed to another thread's loop pays two
+cross-thread wake-ups and contends for the GIL with the request's thread on every message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import hashlib
 import logging
 import threading
@@ -101,10 +106,14 @@ class UpstreamHub:
     def __init__(self) -> None:
         self.on_list_changed: ListChangedCallback | None = None
         self._lock = threading.Lock()
+        # The dedicated thread's loop, and the ASGI server's loop once adopted.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._connections: dict[str, _Connection] = {}
-        self._reaper: asyncio.Task[None] | None = None
+        self._served: asyncio.AbstractEventLoop | None = None
+        # Sessions belong to the loop that opened them.
+        self._sessions: dict[asyncio.AbstractEventLoop, dict[str, _Connection]] = {}
+        # Strong references: the event loop keeps only weak ones to its tasks.
+        self._reapers: set[asyncio.Task[None]] = set()
 
     @property
     def connect_timeout(self) -> float:
@@ -114,19 +123,20 @@ class UpstreamHub:
     def idle_seconds(self) -> float:
         return float(settings.TOOLAPI_UPSTREAM_IDLE_SECONDS)
 
-    # -- the hub's own loop -------------------------------------------------------------------
+    # -- loops --------------------------------------------------------------------------------
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is not None and self._thread is not None and self._thread.is_alive():
                 return self._loop
             loop = asyncio.new_event_loop()
+            self._sessions[loop] = {}
             started = threading.Event()
 
             def run() -> None:
                 asyncio.set_event_loop(loop)
                 loop.call_soon(started.set)
-                self._reaper = loop.create_task(self._reap_idle())
+                self._keep(loop.create_task(self._reap_idle()))
                 loop.run_forever()
 
             thread = threading.Thread(target=run, name="toolapi-upstreams", daemon=True)
@@ -135,11 +145,38 @@ class UpstreamHub:
             self._loop, self._thread = loop, thread
             return loop
 
+    def adopt_running_loop(self) -> None:
+        """Call upstreams directly on the running (ASGI server's) loop from now on.
+
+        Called by the ASGI entry points on every request; only the first call on a loop does
+        anything, and it does not touch the sessions of the dedicated thread's loop.
+        """
+        loop = asyncio.get_running_loop()
+        if self._served is loop:
+            return
+        with self._lock:
+            for gone in [known for known in self._sessions if known.is_closed()]:
+                del self._sessions[gone]
+            self._sessions.setdefault(loop, {})
+            self._served = loop
+        self._keep(loop.create_task(self._reap_idle(), context=contextvars.Context()))
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        self._reapers.add(task)
+        task.add_done_callback(self._reapers.discard)
+
+    @property
+    def _connections(self) -> dict[str, _Connection]:
+        """The sessions of the running loop (only ever used on a hub loop)."""
+        return self._sessions[asyncio.get_running_loop()]
+
     def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())
 
     async def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` on the hub loop from any other loop; cancelling the caller cancels it there."""
+        """Await ``coro`` on a hub loop: this one if adopted, else the thread's; cancelling the caller cancels it."""
+        if asyncio.get_running_loop() is self._served:
+            return await coro
         future = self._submit(coro)
         try:
             return await asyncio.wrap_future(future)
@@ -221,7 +258,8 @@ class UpstreamHub:
         if conn is None or (conn.ready.is_set() and not conn.alive):
             conn = _Connection(target=target)
             self._connections[target.key] = conn
-            conn.task = asyncio.get_running_loop().create_task(self._own(conn))
+            # A fresh context: the session outlives the request that happened to open it.
+            conn.task = asyncio.get_running_loop().create_task(self._own(conn), context=contextvars.Context())
         try:
             await asyncio.wait_for(asyncio.shield(conn.ready.wait()), self.connect_timeout)
         except TimeoutError:
@@ -237,16 +275,17 @@ class UpstreamHub:
 
     def close_server(self, server_id: str) -> None:
         """Forget the sessions of a server whose settings changed or which was deleted."""
-        loop = self._loop
-        if loop is None:
-            return
 
         def close() -> None:
             for key, conn in list(self._connections.items()):
                 if conn.target.server_id == server_id:
                     self._drop(key, conn)
 
-        loop.call_soon_threadsafe(close)
+        with self._lock:
+            loops = list(self._sessions)
+        for loop in loops:
+            if loop.is_running():
+                loop.call_soon_threadsafe(close)
 
     # -- operations ---------------------------------------------------------------------------
 

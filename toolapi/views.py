@@ -1,7 +1,12 @@
 """The tool HTTP API: the OpenAPI document and tool calls (JSON, form fields, or an SSE stream).
 
 These are plain async views rather than DRF views: a call may stream for minutes and must notice
-the caller leaving, which DRF's synchronous request cycle cannot do.
+the caller leaving, which DRF's synchronous request cycle cannot do. Under ASGI they are reached
+through toolapi.asgi, which runs them without Django's URL resolver and middleware stack; Django's
+own routes (root_urls) serve them everywhere else (tests' client, WSGI) with the same behaviour.
+
+A call with a warm cache (the caller's principal and the tool lookup, see common.auth and
+toolapi.catalog) does no database work and no thread hop before the upstream call.
 """
 
 from __future__ import annotations
@@ -11,20 +16,21 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import mcp_types as types
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from common.auth import principal_for_request
+from common.auth import bearer_from_header, cached_principal, principal_for_request_cached
 from common.errors import ApiError, error_body, error_response
 from common.principal import Principal
-from toolapi import catalog, selectors, services
+from toolapi import catalog, services
 from toolapi.models import CallChannel, CallStatus, McpTool
 from toolapi.upstream import UpstreamProtocolError, UpstreamTarget, UpstreamTimeout, UpstreamUnreachable, hub
 from toolapi.validation import coerce_form, validation_details
@@ -34,24 +40,51 @@ logger = logging.getLogger(__name__)
 JSON_TYPES = ("application/json", "text/json")
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class _AuditedResponse(HttpResponse):
-    """Writes the call's audit record when the server closes the response, i.e. after it was sent.
+# Set by toolapi.asgi for the requests it serves. They run outside Django's request cycle, whose
+# request_finished signal would release database connections, so their database work releases the
+# connection itself. Never set under Django's cycle: there (and in tests) the cycle owns it.
+OUTSIDE_REQUEST_CYCLE: ContextVar[bool] = ContextVar("toolapi_outside_request_cycle", default=False)
 
-    The record is as complete as before (status, sizes, duration up to the response), but the
-    database write is no longer part of the latency the caller sees.
+
+def _in_thread(fn: Callable[P, R]) -> Callable[P, Any]:
+    """``fn`` (database work) as a coroutine function running in the shared sync thread."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if OUTSIDE_REQUEST_CYCLE.get():
+                close_old_connections()
+
+    return sync_to_async(run)
+
+
+class AuditedResponse(HttpResponse):
+    """Carries the call's audit record, written once the response was sent.
+
+    Under Django's cycle the record is written when the server closes the response; toolapi.asgi
+    hands it to the batched writer (toolapi.recording) instead. Either way the record is complete
+    (status, sizes, duration up to the response) and the write is not part of the caller's latency.
     """
 
-    audit: Callable[[], object] | None = None
+    # The keyword arguments of services.record_call.
+    record: dict[str, Any] | None = None
+
+    def take_record(self) -> dict[str, Any] | None:
+        record, self.record = self.record, None
+        return record
 
     def close(self) -> None:
         try:
             super().close()
         finally:
-            audit, self.audit = self.audit, None
-            if audit is not None:
+            record = self.take_record()
+            if record is not None:
                 try:
-                    audit()
+                    services.record_call(**record)
                 except Exception:
                     logger.exception("recording a tool call failed")
 
@@ -60,13 +93,20 @@ def _server_url(request: HttpRequest) -> str:
     return f"{request.scheme}://{request.get_host()}"
 
 
+def _openapi(request: HttpRequest) -> bytes:
+    principal = principal_for_request_cached(request)
+    if request.method not in ("GET", "HEAD"):
+        raise ApiError(status_code=405, code="method_not_allowed", message="Method not allowed.")
+    return catalog.openapi_bytes(principal=principal, server_url=_server_url(request))
+
+
+_openapi_in_thread = _in_thread(_openapi)
+
+
 @csrf_exempt
 async def openapi_json(request: HttpRequest) -> HttpResponseBase:
     try:
-        principal = await sync_to_async(principal_for_request)(request)
-        if request.method not in ("GET", "HEAD"):
-            return error_response(405, "method_not_allowed", "Method not allowed.")
-        body = await sync_to_async(catalog.openapi_bytes)(principal=principal, server_url=_server_url(request))
+        body = await _openapi_in_thread(request)
     except ApiError as exc:
         return error_response(exc.status_code, exc.code, exc.message, exc.details)
     return HttpResponse(body, content_type="application/json")
@@ -79,15 +119,38 @@ class _Call:
     target: UpstreamTarget
 
 
-def _resolve(request: HttpRequest, tool_name: str) -> _Call:
-    """Authenticate and look the tool up in one thread hop: each hop costs latency on every call."""
-    principal = principal_for_request(request)
+def _check_method(request: HttpRequest) -> None:
     if request.method != "POST":
         raise ApiError(status_code=405, code="method_not_allowed", message="Tools are called with POST.")
-    tool = selectors.tool_for_call(principal=principal, name=tool_name)
-    if tool is None:
+
+
+def _resolve_sync(request: HttpRequest, tool_name: str) -> _Call:
+    """Authenticate and look the tool up in one thread hop: each hop costs latency on every call."""
+    principal = principal_for_request_cached(request)
+    _check_method(request)
+    found = catalog.tool_for_call(principal=principal, name=tool_name)
+    if found is None:
         raise ApiError(status_code=404, code="not_found", message=f"Tool {tool_name!r} not found.")
-    return _Call(principal=principal, tool=tool, target=services.target_for(tool.server))
+    return _Call(principal=principal, tool=found.tool, target=found.target)
+
+
+_resolve_in_thread = _in_thread(_resolve_sync)
+
+
+async def _resolve(request: HttpRequest, tool_name: str) -> _Call:
+    """The caller and the tool: from the caches when warm, else one hop to the database.
+
+    Checks run in the same order either way (401, then 405, then 404).
+    """
+    raw = bearer_from_header(request.headers.get("Authorization"))
+    principal = cached_principal(raw) if raw else None
+    if principal is not None:
+        _check_method(request)
+        found = catalog.cached_tool(principal=principal, name=tool_name)
+        if found is not None:
+            return _Call(principal=principal, tool=found.tool, target=found.target)
+    result: _Call = await _resolve_in_thread(request, tool_name)
+    return result
 
 
 def _arguments(request: HttpRequest, tool: McpTool) -> Any:
@@ -116,10 +179,13 @@ def _upstream_error(exc: Exception) -> tuple[int, str, CallStatus]:
     return 502, "upstream_error", CallStatus.UPSTREAM_ERROR
 
 
+_record_call_in_thread = _in_thread(services.record_call)
+
+
 async def _audit(
     call: _Call, channel: CallChannel, status: CallStatus, is_error: bool, started: float, sizes: tuple[int, int]
 ) -> None:
-    record = sync_to_async(services.record_call)(
+    record = _record_call_in_thread(
         principal=call.principal,
         tool=call.tool,
         channel=channel,
@@ -144,7 +210,7 @@ def _wants_stream(request: HttpRequest) -> bool:
 async def call_tool(request: HttpRequest, tool_name: str) -> HttpResponseBase:
     started = time.perf_counter()
     try:
-        call = await sync_to_async(_resolve)(request, tool_name)
+        call = await _resolve(request, tool_name)
         arguments = _arguments(request, call.tool)
     except ApiError as exc:
         return error_response(exc.status_code, exc.code, exc.message, exc.details)
@@ -172,22 +238,21 @@ async def call_tool(request: HttpRequest, tool_name: str) -> HttpResponseBase:
         status_code, body = 200, catalog.serialize_result(result)
         status = CallStatus.TOOL_ERROR if result.is_error else CallStatus.OK
         is_error = bool(result.is_error)
-    response = _AuditedResponse(
+    response = AuditedResponse(
         json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode(),
         status=status_code,
         content_type="application/json",
     )
-    response.audit = partial(
-        services.record_call,
-        principal=call.principal,
-        tool=call.tool,
-        channel=CallChannel.HTTP,
-        status=status,
-        is_error=is_error,
-        duration_ms=(time.perf_counter() - started) * 1000,
-        request_bytes=request_bytes,
-        response_bytes=len(response.content),
-    )
+    response.record = {
+        "principal": call.principal,
+        "tool": call.tool,
+        "channel": CallChannel.HTTP,
+        "status": status,
+        "is_error": is_error,
+        "duration_ms": (time.perf_counter() - started) * 1000,
+        "request_bytes": request_bytes,
+        "response_bytes": len(response.content),
+    }
     return response
 
 
