@@ -238,7 +238,7 @@ if not isinstance(OIDC_TRUSTED_ISSUERS, list) or not all(
 ):
     raise ImproperlyConfigured('OIDC_TRUSTED_ISSUERS must be a JSON list of {"issuer", "jwksUri", "audience"?}.')
 SANDBOX_IDENTITY_TOKEN_SECONDS = env_int("SANDBOX_IDENTITY_TOKEN_SECONDS", 300, minimum=10)
-SANDBOX_API_TOKEN_SECONDS = env_int("SANDBOX_API_TOKEN_SECONDS", 3600, minimum=10)
+SANDBOX_API_TOKEN_SECONDS = env_int("SANDBOX_API_TOKEN_SECONDS", 3600, minimum=5)
 
 # Sandboxes.
 SANDBOX_RUNTIME = env_choice("SANDBOX_RUNTIME", "local", {"local"})
