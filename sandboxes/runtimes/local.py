@@ -148,8 +148,10 @@ class LocalRuntimeConfig:
     cpus: float = 1.0
     memory_bytes: int = GIB
     pids_max: int = 1024
-    # Relative: below the service's own cgroup (per controller); absolute: below that path.
-    cgroup_parent: str = "svc-sandboxes"
+    # Absolute: below the root of each hierarchy, like other container runtimes, so nothing is
+    # created inside the cgroup of whatever started the service (a supervisor may need to remove
+    # that one). Relative: below the service's own cgroup, for a delegated cgroup v2 subtree.
+    cgroup_parent: str = "/svc-sandboxes"
     start_timeout: float = 10.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -528,6 +530,11 @@ class LocalRuntime:
             # period) and the daemon's own start-up all run at the same time. Nothing inside can
             # start a process before the daemon accepts a request, and that only happens after this
             # method returns, so attaching the daemon alone puts every sandbox process in the cgroups.
+            # bubblewrap is still configuring the namespaces (its own netlink talk to bring up the
+            # loopback, mounts) until it execs the daemon; touching the network namespace or moving
+            # the process before that races with it.
+            if not self._wait_exec(init_pid, cfg.start_timeout):
+                raise SandboxCreateError(f"bubblewrap did not start the daemon: {self._log_tail(directory)}")
             pending_network = self._start_network(directory, init_pid, host_uid, network, state)
             self._attach(init_pid, cgroups)
             network = self._finish_network(pending_network, network, state)
@@ -871,6 +878,18 @@ class LocalRuntime:
                     value = json.loads(buffer[: end + 2])
                     return value
         return None
+
+    @staticmethod
+    def _wait_exec(pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            comm = _comm(pid)
+            if not comm:
+                return False
+            if comm != "bwrap":
+                return True
+            time.sleep(0.0005)
+        return False
 
     @staticmethod
     def _wait_ready(fd: int, timeout: float) -> bool:
