@@ -1,9 +1,10 @@
 """Tool HTTP API against mcpo, side by side on one upstream, plus openapi.json for 1,000 tools.
 
-Starts, each in its own process: an upstream MCP server (streamable HTTP), this service under daphne
-with production settings (SVC_ENV=production, so DEBUG off; fresh SQLite state in a temporary
-directory) and mcpo under uvicorn (installed from PyPI into its own virtualenv, var/bench-mcpo-venv,
-on first use). Both proxies call the same upstream tool with the same arguments.
+Starts, each in its own process: an upstream MCP server (streamable HTTP), this service the way
+`make run` serves it (uvicorn, `--lifespan off`; BENCH_TOOLAPI_SERVER=daphne measures it under daphne
+instead) with production settings (SVC_ENV=production, so DEBUG off; fresh SQLite state in a
+temporary directory) and mcpo under uvicorn (installed from PyPI into its own virtualenv,
+var/bench-mcpo-venv, on first use). Both proxies call the same upstream tool with the same arguments.
 
 Fairness on a shared machine: both are warmed up, then measured in ROUNDS rounds. In each round the
 sequential calls alternate between the two request by request, and the concurrent load alternates
@@ -310,9 +311,15 @@ def run() -> dict[str, float]:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        ours_log = workdir / "daphne.log"
-        daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(ours_port), "config.asgi:application"]
-        processes.append(_spawn(daphne, ours_log, env))
+        server = os.environ.get("BENCH_TOOLAPI_SERVER", "uvicorn")
+        ours_log = workdir / f"{server}.log"
+        commands = {
+            # As common/management/commands/runall.py (`make run`) starts it.
+            "uvicorn": ["uvicorn", "--host", "127.0.0.1", "--port", str(ours_port), "--lifespan", "off"],
+            "daphne": ["daphne", "-b", "127.0.0.1", "-p", str(ours_port)],
+        }
+        print(f"this service under {server}", flush=True)
+        processes.append(_spawn([sys.executable, "-m", *commands[server], "config.asgi:application"], ours_log, env))
         ours = f"http://127.0.0.1:{ours_port}"
         _wait_http(f"{ours}/healthz", processes[-1], ours_log)
 
