@@ -347,6 +347,7 @@ class Daemon:
             "write": self.op_write,
             "process": self.op_process,
             "credentials": self.op_credentials,
+            "exchange": self.op_exchange,
         }
 
     def child_env(self, extra: Mapping[str, str], *, term: str | None = None) -> dict[str, str]:
@@ -440,29 +441,70 @@ class Daemon:
             }
         )
 
+    def _write_config(self, config: object) -> None:
+        if not isinstance(config, dict):
+            raise RequestError(ErrorCode.BAD_REQUEST, "config must be an object")
+        target = os.path.join(self.config.home, ".svc.config")
+        body = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
+        tmp = f"{target}.{os.urandom(6).hex()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, body)
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+            os.replace(tmp, target)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise _errno_error(exc, target) from exc
+
     def op_credentials(self, request: dict[str, Any], conn: Connection) -> None:
         env = _env_mapping(request.get("env"), "env")
         config = request.get("config")
         if config is not None:
-            if not isinstance(config, dict):
-                raise RequestError(ErrorCode.BAD_REQUEST, "config must be an object")
-            target = os.path.join(self.config.home, ".svc.config")
-            body = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
-            tmp = f"{target}.{os.urandom(6).hex()}.tmp"
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-                try:
-                    os.write(fd, body)
-                    os.fchmod(fd, 0o600)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, target)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise _errno_error(exc, target) from exc
+            self._write_config(config)
         self.extra_env = env
         conn.send({"type": "ok"})
+
+    def op_exchange(self, request: dict[str, Any], conn: Connection) -> None:
+        """Authenticate the sandbox itself: present the identity token to the service's RFC 8693
+        token exchange from inside, then install the token it returns (~/.svc.config, SVC_API_KEY)."""
+        # Imported here, not at start-up: the daemon's start is on the critical path of a create.
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url, identity, base_url = request.get("url"), request.get("identityToken"), request.get("baseUrl")
+        extra = request.get("config") or {}
+        if not all(isinstance(v, str) and v for v in (url, identity, base_url)) or not isinstance(extra, dict):
+            raise RequestError(ErrorCode.BAD_REQUEST, "url, identityToken and baseUrl are required")
+        body = urllib.parse.urlencode(
+            {
+                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+                "subject_token": identity,
+                "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+            }
+        ).encode()
+        exchange = urllib.request.Request(  # noqa: S310 - the control plane's own http(s) URL
+            str(url), data=body, method="POST", headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        try:
+            with urllib.request.urlopen(exchange, timeout=10) as response:  # noqa: S310 - the control plane's URL
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:500].decode(errors="replace")
+            raise RequestError(ErrorCode.EXCHANGE_FAILED, f"token exchange refused ({exc.code}): {detail}") from None
+        except (OSError, ValueError) as exc:
+            raise RequestError(ErrorCode.EXCHANGE_FAILED, f"token exchange unreachable: {exc}") from None
+        token, expires_in = answer.get("access_token"), answer.get("expires_in")
+        if not isinstance(token, str) or not isinstance(expires_in, int):
+            raise RequestError(ErrorCode.EXCHANGE_FAILED, "token exchange answered without a token")
+        expires_at = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + expires_in))
+        self._write_config({**extra, "baseUrl": base_url, "token": token, "expiresAt": expires_at})
+        self.extra_env = {**self.extra_env, "SVC_API_KEY": token, "SVC_BASE_URL": str(base_url)}
+        conn.send({"type": "ok", "expiresIn": expires_in, "tokenPrefix": token[:14]})
 
     def _workdir(self, request: dict[str, Any]) -> str:
         workdir = _require_absolute(request.get("workdir") or self.config.home, "workdir")

@@ -27,6 +27,9 @@ Operations and their replies (daemon -> client):
     ``{"type": "started", "pid"}``; client DATA frames are stdin, ``{"type": "resize", cols, rows}``,
     ``{"type": "signal", "signal": "INT"}`` and ``{"type": "eof"}`` control it; the daemon sends DATA
     (stdout, or the terminal) and DATA2 (stderr without a PTY) and finally ``{"type": "exit", ...}``.
+``exchange`` ``{url, identityToken, baseUrl, config?}``
+    The daemon presents the identity token to the service's token exchange at ``url`` from inside the
+    sandbox and installs the token it gets as with ``credentials``; ``{"type": "ok", "expiresIn"}``.
 ``credentials`` ``{env, config?}``
     ``{"type": "ok"}``. ``env`` replaces the variables added to every later exec and process;
     ``config`` (an object) is written to ``~/.svc.config`` with mode 600.
@@ -83,6 +86,7 @@ class ErrorCode(enum.StrEnum):
     WORKDIR_MISSING = "workdir_missing"
     SPAWN_FAILED = "spawn_failed"
     IO_ERROR = "io_error"
+    EXCHANGE_FAILED = "exchange_failed"
     INTERNAL = "internal"
 
 

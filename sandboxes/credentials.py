@@ -19,10 +19,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts import oidc
-from accounts.models import Organization
+from accounts.models import ApiToken, Organization
 from accounts.services import IssuedToken, exchange_identity_token, issue_sandbox_token
 from audit.models import EventType
 from audit.services import record_event
+from sandboxes.daemon_client import DaemonError
 from sandboxes.models import Sandbox, SandboxStatus
 
 logger = logging.getLogger(__name__)
@@ -77,23 +78,48 @@ def _push(sandbox: Sandbox, issued: IssuedToken) -> None:
 
 
 def provision(sandbox: Sandbox) -> str:
-    """Give a just-started sandbox its credentials; returns how ("sandbox" or "control-plane")."""
-    issued = exchange_identity_token(subject_token=identity_token(sandbox))
-    _push(sandbox, issued)
-    _record_issued(sandbox, issued, via="control-plane")
-    return "control-plane"
+    """Give a just-started sandbox its credentials; returns how ("sandbox" or "control-plane").
+
+    The sandbox exchanges its identity token itself when it can reach the service; where it cannot
+    (a host without user-mode networking), the control plane runs the same exchange for it.
+    """
+    from sandboxes.services import daemon_client
+
+    extra = {
+        "organization": {"id": sandbox.organization_id, "slug": sandbox.organization.slug},
+        "sandboxId": sandbox.pk,
+        "userId": sandbox.created_by_id,
+    }
+    try:
+        asyncio.run(
+            daemon_client(sandbox).exchange_credentials(
+                url=f"{settings.SANDBOX_SERVICE_URL}/api/v1/auth/token-exchange",
+                identity_token=identity_token(sandbox),
+                base_url=settings.SANDBOX_SERVICE_URL,
+                config=extra,
+            )
+        )
+    except DaemonError as exc:
+        logger.info("sandbox %s could not exchange its own token (%s); the control plane does it", sandbox.pk, exc)
+        issued = exchange_identity_token(subject_token=identity_token(sandbox))
+        _push(sandbox, issued)
+        _record_issued(sandbox, issued.token, via="control-plane")
+        return "control-plane"
+    token = ApiToken.objects.filter(sandbox_id=sandbox.pk, revoked_at__isnull=True).latest("created_at")
+    _record_issued(sandbox, token, via="sandbox")
+    return "sandbox"
 
 
-def _record_issued(sandbox: Sandbox, issued: IssuedToken, *, via: str) -> None:
-    Sandbox.objects.filter(pk=sandbox.pk).update(credentials_expires_at=issued.token.expires_at, credentials_error="")
+def _record_issued(sandbox: Sandbox, token: ApiToken, *, via: str) -> None:
+    Sandbox.objects.filter(pk=sandbox.pk).update(credentials_expires_at=token.expires_at, credentials_error="")
     record_event(
         organization=sandbox.organization,
         event_type=EventType.CREDENTIALS_ISSUED,
         sandbox_id=sandbox.pk,
         data={
             "via": via,
-            "tokenPrefix": issued.token.prefix,
-            "expiresAt": issued.token.expires_at.isoformat() if issued.token.expires_at else None,
+            "tokenPrefix": token.prefix,
+            "expiresAt": token.expires_at.isoformat() if token.expires_at else None,
         },
     )
 
@@ -119,7 +145,7 @@ def refresh(sandbox: Sandbox) -> bool:
         )
         logger.warning("sandbox %s: %s", sandbox.pk, message)
         return False
-    _record_issued(sandbox, issued, via="refresh")
+    _record_issued(sandbox, issued.token, via="refresh")
     return True
 
 

@@ -341,6 +341,15 @@ class DaemonClient:
         ) as c:
             await c.message()
 
+    async def exchange_credentials(
+        self, *, url: str, identity_token: str, base_url: str, config: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Have the sandbox authenticate itself: the daemon calls the token exchange from inside."""
+        async with self._request(
+            "exchange", url=url, identityToken=identity_token, baseUrl=base_url, config=dict(config or {})
+        ) as connection:
+            return await connection.message()
+
     async def exec(
         self,
         command: str,

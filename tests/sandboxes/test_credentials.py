@@ -42,7 +42,9 @@ def test_sandbox_calls_the_service_read_only(api: httpx.Client, sandbox_id: str)
     assert result["same"] is True
     token = ApiToken.objects.get(sandbox_id=sandbox_id)
     assert token.read_only and token.expires_at is not None
-    assert AuditEvent.objects.filter(sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED).exists()
+    issued = AuditEvent.objects.get(sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED)
+    # The sandbox authenticated itself (the exchange was called from inside), not the control plane.
+    assert issued.data["via"] == "sandbox"
 
 
 def test_config_file_is_private_and_describes_the_sandbox(api: httpx.Client, sandbox_id: str) -> None:
@@ -61,3 +63,24 @@ def test_credentials_die_with_the_sandbox(api: httpx.Client, sandbox_id: str) ->
     assert api.get("/api/v1/me", headers={"Authorization": f"Bearer {raw}"}).status_code == 200
     api.delete(f"/api/v1/sandboxes/{sandbox_id}")
     assert api.get("/api/v1/me", headers={"Authorization": f"Bearer {raw}"}).status_code == 401
+
+
+def test_without_network_the_control_plane_exchanges_for_the_sandbox(enabled: object, transactional_db: None) -> None:
+    from tests.live import start_live_server, stop_live_server
+
+    server = start_live_server({"SANDBOX_NETWORK": "none"})
+    try:
+        with httpx.Client(base_url=server.url, headers=enabled.auth, timeout=60) as client:  # type: ignore[attr-defined]
+            sandbox_id = client.post("/api/v1/sandboxes").json()["id"]
+            try:
+                config = json.loads(stdout_of(exec_lines(client, sandbox_id, "cat ~/.svc.config")))
+                assert config["sandboxId"] == sandbox_id
+                assert stdout_of(exec_lines(client, sandbox_id, "printf %s $SVC_API_KEY")) == config["token"]
+                issued = AuditEvent.objects.get(sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED)
+                assert issued.data["via"] == "control-plane"
+                # With no network, the sandbox cannot use it, but nothing is silently missing.
+                assert client.get(f"/api/v1/sandboxes/{sandbox_id}").json()["credentials"]["error"] is None
+            finally:
+                client.delete(f"/api/v1/sandboxes/{sandbox_id}")
+    finally:
+        stop_live_server(server)
