@@ -12,9 +12,16 @@ from accounts.services import update_organization
 from audit import selectors as audit_selectors
 from audit.services import client_address
 from common.errors import ApiError
-from dashboard.context import render_page, require_context
+from dashboard.context import DashboardContext, render_page, require_context
 from sandboxes import selectors, services
-from sandboxes.models import DestroyReason
+from sandboxes.models import DestroyReason, Sandbox
+
+
+def _sandbox_or_404(ctx: DashboardContext, sandbox_id: str) -> Sandbox:
+    try:
+        return selectors.get_sandbox(principal=ctx.principal, sandbox_id=sandbox_id)
+    except ApiError:
+        raise Http404("Sandbox not found") from None
 
 
 @login_required
@@ -48,10 +55,7 @@ def destroy(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    try:
-        sandbox = selectors.get_sandbox(principal=ctx.principal, sandbox_id=sandbox_id)
-    except ApiError:
-        raise Http404("Sandbox not found") from None
+    sandbox = _sandbox_or_404(ctx, sandbox_id)
     if services.destroy_sandbox(
         sandbox=sandbox, reason=DestroyReason.USER, principal=ctx.principal, address=client_address(request)
     ):
@@ -77,9 +81,6 @@ def detail(request: HttpRequest, sandbox_id: str) -> HttpResponse:
     ctx = require_context(request)
     if isinstance(ctx, HttpResponse):
         return ctx
-    try:
-        sandbox = selectors.get_sandbox(principal=ctx.principal, sandbox_id=sandbox_id)
-    except ApiError:
-        raise Http404("Sandbox not found") from None
+    sandbox = _sandbox_or_404(ctx, sandbox_id)
     events = audit_selectors.sandbox_events(organization=ctx.organization, sandbox_id=sandbox.pk)[:200]
     return render_page(request, "sandboxes/detail.html", ctx, sandbox=sandbox, events=events)

@@ -50,6 +50,19 @@ def _claims(owner: Actor, **extra: Any) -> dict[str, Any]:
     return {"sandbox_id": "sbx_one", "org": owner.organization.pk, "creator": owner.user.pk, **extra}
 
 
+def _valid_payload(owner: Actor) -> dict[str, Any]:
+    """Claims the exchange would accept, for attacks that only change the signature or header."""
+    now = int(time.time())
+    return {
+        "iss": settings.OIDC_ISSUER,
+        "aud": settings.OIDC_AUDIENCE,
+        "sub": "x",
+        "iat": now,
+        "exp": now + 60,
+        **_claims(owner),
+    }
+
+
 def _exchange(token: str, **overrides: str) -> Any:
     data = {"grant_type": GRANT, "subject_token": token, "subject_token_type": JWT_TYPE, **overrides}
     return Client().post(
@@ -103,29 +116,13 @@ def _assert_invalid_grant(response: Any) -> None:
 
 
 def test_alg_none_is_refused(owner: Actor) -> None:
-    now = int(time.time())
-    payload = {
-        "iss": settings.OIDC_ISSUER,
-        "aud": settings.OIDC_AUDIENCE,
-        "sub": "x",
-        "iat": now,
-        "exp": now + 60,
-        **_claims(owner),
-    }
+    payload = _valid_payload(owner)
     unsigned = f"{_b64({'alg': 'none', 'typ': 'JWT', 'kid': oidc.signing_keys()[0].kid})}.{_b64(payload)}."
     _assert_invalid_grant(_exchange(unsigned))
 
 
 def test_hs256_signed_with_the_public_key_is_refused(owner: Actor) -> None:
-    now = int(time.time())
-    payload = {
-        "iss": settings.OIDC_ISSUER,
-        "aud": settings.OIDC_AUDIENCE,
-        "sub": "x",
-        "iat": now,
-        "exp": now + 60,
-        **_claims(owner),
-    }
+    payload = _valid_payload(owner)
     public_pem = json.dumps(Client().get("/.well-known/jwks.json").json()["keys"][0]).encode()
     header = {"alg": "HS256", "typ": "JWT", "kid": oidc.signing_keys()[0].kid}
     signing_input = f"{_b64(header)}.{_b64(payload)}".encode()
@@ -137,30 +134,14 @@ def test_hs256_signed_with_the_public_key_is_refused(owner: Actor) -> None:
 
 def test_wrong_kid_is_refused(owner: Actor) -> None:
     key = oidc.signing_keys()[0]
-    now = int(time.time())
-    payload = {
-        "iss": settings.OIDC_ISSUER,
-        "aud": settings.OIDC_AUDIENCE,
-        "sub": "x",
-        "iat": now,
-        "exp": now + 60,
-        **_claims(owner),
-    }
+    payload = _valid_payload(owner)
     token = jwt.encode(payload, key.private_key, algorithm="ES256", headers={"kid": "someone-elses"})
     _assert_invalid_grant(_exchange(token))
 
 
 def test_a_foreign_key_with_our_kid_is_refused(owner: Actor) -> None:
     attacker = ec.generate_private_key(ec.SECP256R1())
-    now = int(time.time())
-    payload = {
-        "iss": settings.OIDC_ISSUER,
-        "aud": settings.OIDC_AUDIENCE,
-        "sub": "x",
-        "iat": now,
-        "exp": now + 60,
-        **_claims(owner),
-    }
+    payload = _valid_payload(owner)
     token = jwt.encode(payload, attacker, algorithm="ES256", headers={"kid": oidc.signing_keys()[0].kid})
     _assert_invalid_grant(_exchange(token))
 
