@@ -36,6 +36,7 @@ import signal
 import socket
 import stat
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -245,6 +246,9 @@ class LocalRuntime:
         self._capabilities: RuntimeCapabilities | None = None
         self._cgroups: _CgroupPlan | None = None
         self._is_root = os.geteuid() == 0
+        # Probing runs external programs and writes cgroup controls: once per instance, even when
+        # the first creates arrive together.
+        self._probe_lock = threading.Lock()
         self._precompile_daemon()
 
     def _precompile_daemon(self) -> None:
@@ -258,7 +262,9 @@ class LocalRuntime:
 
     def capabilities(self) -> RuntimeCapabilities:
         if self._capabilities is None:
-            self._capabilities = self._probe()
+            with self._probe_lock:
+                if self._capabilities is None:
+                    self._capabilities = self._probe()
         return self._capabilities
 
     def _probe(self) -> RuntimeCapabilities:
@@ -353,6 +359,7 @@ class LocalRuntime:
         )
 
     def _cgroup_plan(self) -> _CgroupPlan:
+        # Computed by _probe() under the probe lock; every later caller reads the finished plan.
         if self._cgroups is not None:
             return self._cgroups
         cfg = self.config
@@ -472,17 +479,16 @@ class LocalRuntime:
         self._write_state(directory, state)
 
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds_to_close: builtins.list[int] = []
+        fds = _OwnedFds()
         try:
             listener.bind(str(socket_path))
             os.chmod(socket_path, 0o600)
             listener.listen(128)
-            secret_r, secret_w = os.pipe()
+            secret_r, secret_w = fds.pipe()
             os.write(secret_w, secret.encode())
-            os.close(secret_w)
-            ready_r, ready_w = os.pipe()
-            info_r, info_w = os.pipe()
-            fds_to_close += [secret_r, ready_r, ready_w, info_r, info_w]
+            fds.close(secret_w)
+            ready_r, ready_w = fds.pipe()
+            info_r, info_w = fds.pipe()
             listen_fd = listener.fileno()
             pass_fds = (listen_fd, secret_r, ready_w, info_w)
 
@@ -514,8 +520,9 @@ class LocalRuntime:
                     launcher, pass_fds=pass_fds, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     env=self._launcher_env(), timeout=cfg.start_timeout, check=False,
                 )  # fmt: skip
-            os.close(info_w)
-            os.close(ready_w)
+            # Only the sandbox may hold the write ends now, so their end-of-file means it died.
+            fds.close(info_w)
+            fds.close(ready_w)
             if launched.returncode != 0:
                 raise SandboxCreateError(f"launcher failed ({launched.returncode}): {self._log_tail(directory)}")
 
@@ -545,9 +552,7 @@ class LocalRuntime:
                 raise SandboxCreateError(f"sandbox daemon did not become ready: {self._log_tail(directory)}")
         finally:
             listener.close()
-            for fd in fds_to_close:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            fds.close_all()
 
         state.update(
             secret=secret,
@@ -767,16 +772,13 @@ class LocalRuntime:
     ) -> _PendingNetwork | None:
         if network.mode not in ("pasta", "slirp4netns"):
             return None
-        netns = os.open(f"/proc/{init_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        fds = _OwnedFds()
         try:
+            netns = fds.add(os.open(f"/proc/{init_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC))
             # bubblewrap nests a second user namespace inside the one that owns the network namespace;
-            # the helper must join the owner, which only the netns itself can tell us.
-            userns = fcntl.ioctl(netns, NS_GET_USERNS)
-        except OSError:
-            os.close(netns)
-            raise
-        ready_r = -1
-        try:
+            # the helper must join the owner, which only the netns itself can tell us. (The kernel
+            # returns it close-on-exec.)
+            userns = fds.add(fcntl.ioctl(netns, NS_GET_USERNS))
             if network.mode == "pasta":
                 port_spec = ",".join(str(p) for p in network.forwarded_host_ports) or "none"
                 argv = [
@@ -792,29 +794,23 @@ class LocalRuntime:
                     stderr=subprocess.PIPE, env=self._launcher_env(),
                 )  # fmt: skip
                 return _PendingNetwork(proc, -1)
-            ready_r, ready_w = os.pipe()
-            try:
-                argv = [
-                    *self._drop_privileges(host_uid), "slirp4netns", "--configure", "--mtu=65520",
-                    "--disable-host-loopback", "--netns-type=path", f"--userns-path=/proc/self/fd/{userns}",
-                    "--ready-fd", str(ready_w), f"/proc/self/fd/{netns}", "tap0",
-                ]  # fmt: skip
-                proc = subprocess.Popen(
-                    argv, pass_fds=(netns, userns, ready_w), stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    env=self._launcher_env(), start_new_session=True,
-                )  # fmt: skip
-            finally:
-                os.close(ready_w)
+            ready_r, ready_w = fds.pipe()
+            argv = [
+                *self._drop_privileges(host_uid), "slirp4netns", "--configure", "--mtu=65520",
+                "--disable-host-loopback", "--netns-type=path", f"--userns-path=/proc/self/fd/{userns}",
+                "--ready-fd", str(ready_w), f"/proc/self/fd/{netns}", "tap0",
+            ]  # fmt: skip
+            proc = subprocess.Popen(
+                argv, pass_fds=(netns, userns, ready_w), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=self._launcher_env(), start_new_session=True,
+            )  # fmt: skip
+            fds.close(ready_w)
             state.update(slirpPid=proc.pid, slirpStart=_proc_start_time(proc.pid))
-            pending = _PendingNetwork(proc, ready_r)
-            ready_r = -1
-            return pending
+            # _finish_network owns the read end from here on.
+            return _PendingNetwork(proc, fds.release(ready_r))
         finally:
-            if ready_r >= 0:
-                os.close(ready_r)
-            os.close(userns)
-            os.close(netns)
+            fds.close_all()
 
     def _finish_network(
         self, pending: _PendingNetwork | None, network: NetworkReport, state: dict[str, Any]
@@ -861,8 +857,7 @@ class LocalRuntime:
         deadline = time.monotonic() + timeout
         buffer = b""
         while time.monotonic() < deadline:
-            readable, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not readable:
+            if not _readable(fd, deadline - time.monotonic()):
                 break
             chunk = os.read(fd, 4096)
             if not chunk:
@@ -893,8 +888,7 @@ class LocalRuntime:
 
     @staticmethod
     def _wait_ready(fd: int, timeout: float) -> bool:
-        readable, _, _ = select.select([fd], [], [], timeout)
-        return bool(readable) and os.read(fd, 1) == b"1"
+        return _readable(fd, timeout) and os.read(fd, 1) == b"1"
 
     @staticmethod
     def _log_tail(directory: Path) -> str:
@@ -994,7 +988,9 @@ class LocalRuntime:
 
     @staticmethod
     def _write_state(directory: Path, state: dict[str, Any]) -> None:
-        tmp = directory / "state.json.tmp"
+        # A temporary name of its own per writer: two writers (another thread, another process)
+        # sharing one would rename each other's half-written file into place.
+        tmp = directory / f".state.{os.getpid()}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(state, f)
@@ -1023,6 +1019,51 @@ class LocalRuntime:
                 else None
             ),
         )
+
+
+class _OwnedFds:
+    """The descriptors one create step opened, each closed exactly once.
+
+    A descriptor number is reused by the next open() of any thread the moment it is closed; closing
+    it a second time closes whatever another thread opened in between (a database file, another
+    sandbox's pipe). Every raw descriptor therefore lives here until it is closed through here or
+    handed on with release(). Confined to the thread that made it.
+    """
+
+    def __init__(self) -> None:
+        self._open: set[int] = set()
+
+    def add(self, fd: int) -> int:
+        self._open.add(fd)
+        return fd
+
+    def pipe(self) -> tuple[int, int]:
+        # os.pipe() descriptors are close-on-exec: a child of any thread gets one only through its
+        # own pass_fds, never by accident, so a concurrent spawn cannot keep a pipe from reaching EOF.
+        read_end, write_end = os.pipe()
+        self._open.update((read_end, write_end))
+        return read_end, write_end
+
+    def release(self, fd: int) -> int:
+        self._open.remove(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        if fd in self._open:
+            self._open.remove(fd)
+            os.close(fd)
+
+    def close_all(self) -> None:
+        while self._open:
+            with contextlib.suppress(OSError):
+                os.close(self._open.pop())
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    # poll, not select: a busy server has descriptors above select's FD_SETSIZE of 1024.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
 
 
 def _kill_uid(uid: int) -> None:

@@ -54,7 +54,9 @@ def test_config_file_is_private_and_describes_the_sandbox(api: httpx.Client, san
     assert config["sandboxId"] == sandbox_id
     assert set(config) >= {"baseUrl", "token", "expiresAt", "organization", "sandboxId"}
     detail = api.get(f"/api/v1/sandboxes/{sandbox_id}").json()
-    assert detail["credentials"]["expiresAt"] == Sandbox.objects.get(pk=sandbox_id).credentials_expires_at.isoformat()
+    expires_at = Sandbox.objects.get(pk=sandbox_id).credentials_expires_at
+    assert expires_at is not None
+    assert detail["credentials"]["expiresAt"] == expires_at.isoformat()
     assert detail["credentials"]["error"] is None
 
 

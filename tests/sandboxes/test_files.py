@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -93,7 +94,7 @@ def test_a_200_mb_file_with_bounded_server_memory(api: httpx.Client, sandbox_id:
     chunk = os.urandom(1024 * 1024)
     before = _rss_kib(live.process.pid)
 
-    def body():  # type: ignore[no-untyped-def]
+    def body() -> Iterator[bytes]:
         for _ in range(size // len(chunk)):
             yield chunk
 

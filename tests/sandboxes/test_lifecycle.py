@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
@@ -77,7 +78,7 @@ def test_read_only_token_cannot_create_or_exec(api: httpx.Client, enabled: Actor
 def test_other_organizations_get_404_everywhere(api: httpx.Client, sandbox_id: str, outsider: Actor) -> None:
     foreign = {"Authorization": f"Bearer {outsider.token}"}
     Organization.objects.filter(pk=outsider.organization.pk).update(sandboxes_enabled=True)
-    calls = [
+    calls: list[tuple[str, str, dict[str, Any]]] = [
         ("GET", f"/api/v1/sandboxes/{sandbox_id}", {}),
         ("DELETE", f"/api/v1/sandboxes/{sandbox_id}", {}),
         ("POST", f"/api/v1/sandboxes/{sandbox_id}/exec", {"json": {"command": "true"}}),
