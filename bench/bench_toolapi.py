@@ -179,7 +179,8 @@ async def _call(client: httpx.AsyncClient, target: Target) -> float:
     started = time.perf_counter()
     response = await client.post(target[0], json=BODY, headers=target[1])
     elapsed = time.perf_counter() - started
-    response.raise_for_status()
+    if response.is_error:
+        raise RuntimeError(f"{target[0]}: {response.status_code} {response.text[:500]}")
     return elapsed
 
 
