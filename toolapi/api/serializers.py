@@ -52,13 +52,13 @@ class McpServerSerializer(serializers.ModelSerializer[McpServer]):
         ]
         read_only_fields = fields
 
-    def get_headerNames(self, server: McpServer) -> list[str]:  # noqa: N802
+    def get_headerNames(self, server: McpServer) -> list[str]:
         return server.header_names
 
-    def get_teamIds(self, server: McpServer) -> list[str]:  # noqa: N802
+    def get_teamIds(self, server: McpServer) -> list[str]:
         return sorted(team.pk for team in server.teams.all())
 
-    def get_toolCount(self, server: McpServer) -> int:  # noqa: N802
+    def get_toolCount(self, server: McpServer) -> int:
         return server.tools.count()
 
 
