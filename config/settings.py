@@ -259,6 +259,9 @@ SANDBOX_WRITE_MAX_BYTES = env_int("SANDBOX_WRITE_MAX_BYTES", 1024**3, minimum=1)
 # inactivity reaper never takes a sandbox that is busy.
 SANDBOX_ACTIVITY_HEARTBEAT_SECONDS = env_int("SANDBOX_ACTIVITY_HEARTBEAT_SECONDS", 60, minimum=1)
 SANDBOX_RECONCILE_SECONDS = env_int("SANDBOX_RECONCILE_SECONDS", 300, minimum=1)
+# Sandboxes the web process keeps started ahead of demand, so a create only claims one. Off in the
+# test settings: tests create and count many sandboxes and must see only their own.
+SANDBOX_WARM_POOL_SIZE = env_int("SANDBOX_WARM_POOL_SIZE", 0 if SVC_ENV == "test" else 2, minimum=0)
 SANDBOX_REAPER_SECONDS = env_float("SANDBOX_REAPER_SECONDS", 60, minimum=0.5)
 SANDBOX_CREDENTIALS_REFRESH_SECONDS = env_float("SANDBOX_CREDENTIALS_REFRESH_SECONDS", 60, minimum=0.5)
 # A sandbox's token is renewed once it has less than this left.

@@ -7,8 +7,10 @@ limit, and freed the moment a destroy commits, before the runtime has finished c
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -26,8 +28,9 @@ from common.principal import Principal
 from sandboxes import credentials
 from sandboxes.daemon_client import DaemonClient
 from sandboxes.models import ACTIVE_STATUSES, DestroyReason, Sandbox, SandboxStatus
+from sandboxes.pool import get_pool
 from sandboxes.runtime import get_runtime, parse_address
-from sandboxes.runtimes.base import SandboxHandle, SandboxState
+from sandboxes.runtimes.base import SandboxHandle, SandboxInfo, SandboxRuntime, SandboxState
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +38,8 @@ logger = logging.getLogger(__name__)
 STALE_CREATE = timedelta(minutes=2)
 
 
-def _reserve_slot(*, organization: Organization, user: User) -> Sandbox:
+def _reserve_slot(*, organization: Organization, user: User) -> tuple[Sandbox, SandboxHandle | None]:
+    """A slot, and a warm-pool sandbox for it when one is ready (the row then takes its id)."""
     with transaction.atomic():
         # The row lock serializes creates per organization (PostgreSQL); SQLite's IMMEDIATE
         # transactions serialize all writers, which gives the same guarantee.
@@ -55,12 +59,23 @@ def _reserve_slot(*, organization: Organization, user: User) -> Sandbox:
                 message=f"The organization already has {active} sandboxes; the limit is {limit}. Destroy one first.",
                 details={"limit": limit, "active": active},
             )
-        return Sandbox.objects.create(
-            organization=org,
-            created_by=user,
-            runtime=get_runtime().name,
-            last_activity_at=timezone.now(),
-        )
+        # Claimed only once the slot is certain, so a refused create never takes a pool member. Until
+        # this transaction commits the runtime reports the member as just claimed, which
+        # reconciliation leaves alone.
+        handle = get_pool().claim()
+        try:
+            sandbox = Sandbox.objects.create(
+                **({"id": handle.sandbox_id} if handle else {}),
+                organization=org,
+                created_by=user,
+                runtime=get_runtime().name,
+                last_activity_at=timezone.now(),
+            )
+        except BaseException:
+            if handle is not None:
+                get_runtime().destroy(handle.sandbox_id)
+            raise
+        return sandbox, handle
 
 
 def _limits_record(handle: SandboxHandle) -> dict[str, Any]:
@@ -74,20 +89,21 @@ def _limits_record(handle: SandboxHandle) -> dict[str, Any]:
 
 
 def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
-    sandbox = _reserve_slot(organization=principal.organization, user=principal.user)
-    secret = secrets.token_urlsafe(32)
-    try:
-        handle = get_runtime().create(sandbox.pk, secret=secret, env={})
-    except Exception as exc:
-        logger.exception("sandbox %s failed to start", sandbox.pk)
-        Sandbox.objects.filter(pk=sandbox.pk).update(status=SandboxStatus.FAILED, failure=str(exc)[:2000])
-        raise ApiError(
-            status_code=503, code="sandbox_start_failed", message=f"The sandbox could not be started: {exc}"
-        ) from exc
+    sandbox, handle = _reserve_slot(organization=principal.organization, user=principal.user)
+    if handle is None:
+        # The pool is off or empty: a cold start.
+        try:
+            handle = get_runtime().create(sandbox.pk, secret=secrets.token_urlsafe(32), env={})
+        except Exception as exc:
+            logger.exception("sandbox %s failed to start", sandbox.pk)
+            Sandbox.objects.filter(pk=sandbox.pk).update(status=SandboxStatus.FAILED, failure=str(exc)[:2000])
+            raise ApiError(
+                status_code=503, code="sandbox_start_failed", message=f"The sandbox could not be started: {exc}"
+            ) from exc
     started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
         status=SandboxStatus.RUNNING,
         daemon_address=str(handle.address),
-        daemon_secret_encrypted=encrypt(secret),
+        daemon_secret_encrypted=encrypt(handle.secret),
         limits=_limits_record(handle),
         last_activity_at=timezone.now(),
     )
@@ -163,9 +179,12 @@ def reconcile() -> dict[str, list[str]]:
     sandboxes the runtime runs that the database does not know are orphans and are destroyed.
     """
     runtime = get_runtime()
+    # Listed before the database is read: a sandbox created in between has its row committed
+    # (cold starts) or reports its claim time (pool members), and is not taken for an orphan.
     known = {info.sandbox_id: info for info in runtime.list()}
     vanished: list[str] = []
     orphans: list[str] = []
+    unhealthy_pool: list[str] = []
     stale = timezone.now() - STALE_CREATE
     active = {s.pk: s for s in Sandbox.objects.filter(status__in=ACTIVE_STATUSES, runtime=runtime.name)}
     for sandbox in active.values():
@@ -180,13 +199,40 @@ def reconcile() -> dict[str, list[str]]:
         if info is None or info.state != SandboxState.RUNNING:
             destroy_sandbox(sandbox=sandbox, reason=DestroyReason.VANISHED, detail=info.detail if info else "")
             vanished.append(sandbox.pk)
-    for sandbox_id in known:
-        if sandbox_id not in active:
-            runtime.destroy(sandbox_id)
-            orphans.append(sandbox_id)
-    if vanished or orphans:
-        logger.info("reconciled sandboxes: vanished=%s orphans=%s", vanished, orphans)
-    return {"vanished": vanished, "orphans": orphans}
+    now = time.time()
+    for sandbox_id, info in known.items():
+        if sandbox_id in active:
+            continue
+        if info.pooled:
+            if _pool_member_unhealthy(runtime, info):
+                unhealthy_pool.append(sandbox_id)
+            continue
+        if info.claimed_at is not None and now - info.claimed_at < STALE_CREATE.total_seconds():
+            continue  # claimed from the pool a moment ago; its row is being committed
+        runtime.destroy(sandbox_id)
+        orphans.append(sandbox_id)
+    if vanished or orphans or unhealthy_pool:
+        logger.info(
+            "reconciled sandboxes: vanished=%s orphans=%s unhealthy pool members=%s", vanished, orphans, unhealthy_pool
+        )
+    return {"vanished": vanished, "orphans": orphans, "unhealthyPool": unhealthy_pool}
+
+
+def _pool_member_unhealthy(runtime: SandboxRuntime, info: SandboxInfo) -> bool:
+    """Destroy a pool member that could not serve a create (its processes gone, its daemon silent)."""
+    if info.state == SandboxState.STARTING:
+        return False  # being started by a filler right now
+    if info.state == SandboxState.RUNNING and info.handle is not None:
+        try:
+            asyncio.run(DaemonClient(info.handle.address, info.handle.secret, connect_timeout=2).ping())
+            return False
+        except Exception:
+            logger.warning("warm pool member %s does not answer; destroying it", info.sandbox_id)
+        # Out of the pool first, so no create can claim it while it is being destroyed.
+        if runtime.claim(info.sandbox_id) is None:
+            return False  # claimed by a create in the meantime: no longer the pool's to judge
+    runtime.destroy(info.sandbox_id)
+    return True
 
 
 def reap_idle() -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -137,6 +138,10 @@ class SandboxInfo:
     state: SandboxState
     handle: SandboxHandle | None
     detail: str = ""
+    # A warm-pool member: started ahead of demand, belongs to no organization, has no database row.
+    pooled: bool = False
+    # When it was taken out of the pool (unix time): its database row may not be committed yet.
+    claimed_at: float | None = None
 
 
 @runtime_checkable
@@ -149,12 +154,33 @@ class SandboxRuntime(Protocol):
         """What is available and enforced on this host; cheap after the first call."""
         ...
 
-    def create(self, sandbox_id: str, *, secret: str | None = None, env: dict[str, str] | None = None) -> SandboxHandle:
+    def create(
+        self, sandbox_id: str, *, secret: str | None = None, env: dict[str, str] | None = None, pooled: bool = False
+    ) -> SandboxHandle:
         """Start a sandbox whose daemon is ready to accept connections when this returns.
 
-        ``secret`` is generated when not given; ``env`` is added to every exec inside.
+        ``secret`` is generated when not given; ``env`` is added to every exec inside. ``pooled``
+        makes it a warm-pool member that ``claim()`` can hand out.
         Raises ``SandboxCreateError`` (and leaves nothing behind) on failure.
         """
+        ...
+
+    def claim(self, sandbox_id: str | None = None) -> SandboxHandle | None:
+        """Take a running pool member (any, or the one named) out of the pool; None if there is none.
+
+        Exactly once: two callers, in any processes sharing this runtime, never get the same one.
+        """
+        ...
+
+    def fill_pool(self, size: int, make_id: Callable[[], str], *, stop: Callable[[], bool] = lambda: False) -> int:
+        """Start pool members until ``size`` are ready; returns how many it started.
+
+        Safe to call from several processes at once: together they never exceed ``size``.
+        """
+        ...
+
+    def drain_pool(self) -> list[str]:
+        """Claim and destroy every pool member (on shutdown); returns their ids."""
         ...
 
     def destroy(self, sandbox_id: str) -> bool:

@@ -38,7 +38,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -432,7 +432,9 @@ class LocalRuntime:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
-    def create(self, sandbox_id: str, *, secret: str | None = None, env: dict[str, str] | None = None) -> SandboxHandle:
+    def create(
+        self, sandbox_id: str, *, secret: str | None = None, env: dict[str, str] | None = None, pooled: bool = False
+    ) -> SandboxHandle:
         validate_sandbox_id(sandbox_id)
         caps = self.capabilities()
         if not caps.available:
@@ -451,7 +453,12 @@ class LocalRuntime:
             host_uid = self._allocate_uid(directory)
 
         try:
-            return self._start(sandbox_id, directory, socket_path, host_uid, secret, env or {})
+            handle = self._start(sandbox_id, directory, socket_path, host_uid, secret, env or {}, pooled)
+            if pooled:
+                # Listed for claim() only once it is ready; the state file already says it is pooled.
+                self._pool_index().mkdir(mode=0o700, exist_ok=True)
+                (self._pool_index() / sandbox_id).touch()
+            return handle
         except BaseException as exc:
             self.destroy(sandbox_id)
             if isinstance(exc, SandboxCreateError | RuntimeUnavailable):
@@ -461,7 +468,14 @@ class LocalRuntime:
             raise
 
     def _start(
-        self, sandbox_id: str, directory: Path, socket_path: Path, host_uid: int, secret: str, env: dict[str, str]
+        self,
+        sandbox_id: str,
+        directory: Path,
+        socket_path: Path,
+        host_uid: int,
+        secret: str,
+        env: dict[str, str],
+        pooled: bool,
     ) -> SandboxHandle:
         cfg = self.config
         started = time.time()
@@ -475,6 +489,7 @@ class LocalRuntime:
             "creatorStart": _proc_start_time(os.getpid()),
             "cgroups": [str(p) for p in cgroups],
             "createdAt": started,
+            "pooled": pooled,
         }
         self._write_state(directory, state)
 
@@ -563,9 +578,82 @@ class LocalRuntime:
         self._write_state(directory, state)
         return self._handle_from_state(state)
 
+    # --- warm pool ------------------------------------------------------------------------------
+    #
+    # A pool member is an ordinary sandbox whose state says "pooled": it belongs to nobody yet.
+    # <root>/.pool/<id> lists the ready ones so a claim reads a handful of entries, not every
+    # sandbox's state. Claims hold the root's flock (host-wide, every process sharing this root)
+    # while they flip the state file from pooled to claimed, so one member is never handed out twice
+    # and a reader of the state file sees either "pooled" or "claimed at", never neither.
+
+    def _pool_index(self) -> Path:
+        return self.root / ".pool"
+
+    def claim(self, sandbox_id: str | None = None) -> SandboxHandle | None:
+        if sandbox_id is not None:
+            validate_sandbox_id(sandbox_id)
+        with self._lock():
+            try:
+                candidates = [sandbox_id] if sandbox_id else sorted(os.listdir(self._pool_index()))
+            except FileNotFoundError:
+                return None
+            for candidate in candidates:
+                directory = self.root / candidate
+                state = self._read_state(directory)
+                if (
+                    state is not None
+                    and state.get("pooled")
+                    and "secret" in state
+                    and _alive(state.get("initPid"), state.get("initStart"))
+                ):
+                    state.update(pooled=False, claimedAt=time.time())
+                    self._write_state(directory, state)
+                    with contextlib.suppress(FileNotFoundError):
+                        (self._pool_index() / candidate).unlink()
+                    return self._handle_from_state(state)
+                if state is None or not state.get("pooled"):
+                    # Claimed or destroyed already: the index entry is left over.
+                    with contextlib.suppress(FileNotFoundError):
+                        (self._pool_index() / candidate).unlink()
+        return None
+
+    def pool_ready(self) -> builtins.list[str]:
+        """Ids of the pool members ready to be claimed."""
+        try:
+            names = sorted(os.listdir(self._pool_index()))
+        except FileNotFoundError:
+            return []
+        ready = []
+        for name in names:
+            state = self._read_state(self.root / name)
+            if state and state.get("pooled") and _alive(state.get("initPid"), state.get("initStart")):
+                ready.append(name)
+        return ready
+
+    def fill_pool(self, size: int, make_id: Callable[[], str], *, stop: Callable[[], bool] = lambda: False) -> int:
+        started = 0
+        # Fillers of every process take turns, so together they never overshoot; claims and
+        # ordinary creates take the root's lock, not this one, and are never held up by a fill.
+        with self._lock(".pool.lock"):
+            while not stop() and len(self.pool_ready()) < size:
+                self.create(make_id(), pooled=True)
+                started += 1
+        return started
+
+    def drain_pool(self) -> builtins.list[str]:
+        drained = []
+        while (handle := self.claim()) is not None:
+            self.destroy(handle.sandbox_id)
+            drained.append(handle.sandbox_id)
+        return drained
+
+    # --- teardown -------------------------------------------------------------------------------
+
     def destroy(self, sandbox_id: str) -> bool:
         validate_sandbox_id(sandbox_id)
         directory = self.root / sandbox_id
+        with contextlib.suppress(FileNotFoundError):
+            (self._pool_index() / sandbox_id).unlink()
         if not directory.exists():
             return False
         state = self._read_state(directory) or {}
@@ -621,12 +709,18 @@ class LocalRuntime:
             if state is not None and _alive(state.get("creatorPid"), state.get("creatorStart")):
                 age = time.time() - float(state.get("createdAt", 0))
                 if age < self.config.start_timeout + 5:
-                    return SandboxInfo(sandbox_id, SandboxState.STARTING, None, "being created")
-            return SandboxInfo(sandbox_id, SandboxState.EXITED, None, "never finished starting")
+                    return SandboxInfo(
+                        sandbox_id, SandboxState.STARTING, None, "being created", pooled=bool(state.get("pooled"))
+                    )
+            pooled = bool(state and state.get("pooled"))
+            return SandboxInfo(sandbox_id, SandboxState.EXITED, None, "never finished starting", pooled=pooled)
         handle = self._handle_from_state(state)
+        pooled, claimed_at = bool(state.get("pooled")), state.get("claimedAt")
         if _alive(state.get("initPid"), state.get("initStart")):
-            return SandboxInfo(sandbox_id, SandboxState.RUNNING, handle)
-        return SandboxInfo(sandbox_id, SandboxState.EXITED, handle, "its processes are gone")
+            return SandboxInfo(sandbox_id, SandboxState.RUNNING, handle, pooled=pooled, claimed_at=claimed_at)
+        return SandboxInfo(
+            sandbox_id, SandboxState.EXITED, handle, "its processes are gone", pooled=pooled, claimed_at=claimed_at
+        )
 
     # --- pieces ---------------------------------------------------------------------------------
 
@@ -947,9 +1041,11 @@ class LocalRuntime:
                     (self.config.uid_registry / str(uid)).unlink()
 
     @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
+    def _lock(self, name: str = ".lock") -> Iterator[None]:
+        # flock belongs to the open file description: it excludes other threads of this process
+        # (each call opens the file anew) as well as other processes.
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a") as f:
+        with open(self.root / name, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
