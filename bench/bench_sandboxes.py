@@ -1,0 +1,502 @@
+"""Sandboxes over HTTP against the bare limit of the same work on this machine, in one run.
+
+Sets up its own world: a temporary state directory (SQLite database migrated there, its own
+sandbox root), an organization with sandboxes enabled and an owner token, and this service served as
+`make run` serves it (uvicorn, `--lifespan off`, production settings) in a separate process: once with
+the warm pool off (cold creates), once with it on (everything else).
+
+Figures (median over repeats; the spread, min..max, is printed with each, since the machine may be
+shared):
+  (a) POST /sandboxes -> first exec `true` done, warm pool and cold, / a bare `bwrap ... sh -c true`
+      with the runtime's namespaces (target <= 3 and < 100 ms)
+  (b) exec `true` round trip over HTTP / `bash -c true` spawned inside the sandbox, which is what
+      the daemon runs for every exec (target <= 2); plain `true` is printed too
+  (c) exec stdout MB/s over HTTP / the same producer read from a raw pipe in this process (target >= 0.3)
+  (d) write-file and read-file MB/s / a local `cp` of the same size (target >= 0.5), and the server's
+      RSS growth while a 1 GiB file goes each way (target < 50 MB)
+  (e) 100 concurrent execs across 10 sandboxes: how many complete, and the server's peak RSS
+
+Standalone: .venv/bin/python -m bench.bench_sandboxes
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+MB = 1024 * 1024
+CREATE_REPEATS = 9
+EXEC_REPEATS = 60
+STREAM_BYTES = 256 * MB
+FILE_BYTES = 256 * MB
+BIG_FILE_BYTES = 1024 * MB
+POOL_SIZE = 2
+PRODUCER = "yes " + "x" * 1023  # 1 KiB lines: printable, so JSON carries them unescaped
+
+Figure = tuple[float, float, float]  # median, min, max
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _stats(values: list[float]) -> Figure:
+    return statistics.median(values), min(values), max(values)
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class _PeakRss:
+    """Samples a process's RSS every few milliseconds while a block runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.before = _rss_bytes(pid)
+        self.peak = self.before
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, _rss_bytes(self.pid))
+
+    def __enter__(self) -> _PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes(self.pid))
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.before
+
+
+class Service:
+    def __init__(self, workdir: Path, env: dict[str, str], pool_size: int) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = workdir / f"server-{self.port}.log"
+        server_env = {
+            **env,
+            "PORT": str(self.port),
+            "BASE_URL": self.url,
+            "SANDBOX_WARM_POOL_SIZE": str(pool_size),
+        }
+        args = ["--host", "127.0.0.1", "--port", str(self.port), "--lifespan", "off", "--no-access-log"]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", *args, "config.asgi:application"],
+            cwd=ROOT,
+            env=server_env,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start:\n{self.log.read_text(errors='replace')[-3000:]}")
+            try:
+                httpx.get(f"{self.url}/healthz", timeout=2)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+
+    def pool_ready(self) -> int:
+        checks = httpx.get(f"{self.url}/healthz", timeout=10).json()["checks"]
+        return int(checks["sandbox_runtime"]["warmPool"]["ready"])
+
+    def wait_for_pool(self, size: int) -> None:
+        deadline = time.monotonic() + 60
+        while self.pool_ready() < size:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the warm pool did not fill")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _exec(client: httpx.Client, sandbox_id: str, command: str) -> tuple[int, str]:
+    """Run a command; its exit code and stdout."""
+    out: list[str] = []
+    exit_code = -1
+    with client.stream("POST", f"/api/v1/sandboxes/{sandbox_id}/exec", json={"command": command}) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            event = json.loads(line)
+            if event["type"] == "stdout":
+                out.append(event["data"])
+            elif event["type"] == "done":
+                exit_code = event["exitCode"]
+    return exit_code, "".join(out)
+
+
+def _create(client: httpx.Client) -> str:
+    response = client.post("/api/v1/sandboxes")
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+def _timed(function: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    function()
+    return time.perf_counter() - started
+
+
+# --- bare limits --------------------------------------------------------------------------------
+
+
+def bare_bwrap_seconds(repeats: int) -> Figure:
+    from sandboxes.runtimes.local import LocalRuntime
+
+    argv = [
+        shutil.which("bwrap") or "bwrap",
+        *LocalRuntime._base_namespace_args(True),
+        "--ro-bind", "/usr", "/usr",
+        *LocalRuntime._merged_usr_args(),
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--", "sh", "-c", "true",
+    ]  # fmt: skip
+    subprocess.run(argv, check=True)
+    return _stats([_timed(lambda: subprocess.run(argv, check=True)) for _ in range(repeats)])
+
+
+def bare_pipe_mb_s(size: int) -> Figure:
+    samples = []
+    for _ in range(3):
+        started = time.perf_counter()
+        producer = subprocess.Popen(f"{PRODUCER} | head -c {size}", shell=True, stdout=subprocess.PIPE, bufsize=0)
+        assert producer.stdout is not None
+        received = 0
+        while chunk := producer.stdout.read(MB):  # unbuffered: whatever the pipe holds
+            received += len(chunk)
+        producer.wait()
+        samples.append(received / MB / (time.perf_counter() - started))
+    return _stats(samples)
+
+
+def bare_cp_mb_s(workdir: Path, size: int) -> Figure:
+    source, target = workdir / "cp-source", workdir / "cp-target"
+    with source.open("wb") as f:
+        chunk = os.urandom(MB)
+        for _ in range(size // MB):
+            f.write(chunk)
+    samples = []
+    for _ in range(3):
+        target.unlink(missing_ok=True)
+        elapsed = _timed(lambda: subprocess.run(["cp", str(source), str(target)], check=True))
+        samples.append(size / MB / elapsed)
+    source.unlink()
+    target.unlink()
+    return _stats(samples)
+
+
+# --- through the service --------------------------------------------------------------------------
+
+
+def create_to_first_exec(service: Service, client: httpx.Client, repeats: int, pool_size: int) -> Figure:
+    samples = []
+    for _ in range(repeats + 1):
+        if pool_size:
+            service.wait_for_pool(pool_size)
+        started = time.perf_counter()
+        sandbox_id = _create(client)
+        exit_code, _ = _exec(client, sandbox_id, "true")
+        samples.append(time.perf_counter() - started)
+        assert exit_code == 0
+        client.delete(f"/api/v1/sandboxes/{sandbox_id}").raise_for_status()
+    return _stats(samples[1:])  # the first one warms the server's code paths
+
+
+def spawn_inside_seconds(client: httpx.Client, sandbox_id: str, argv: list[str]) -> float:
+    script = (
+        "import subprocess, time, statistics\n"
+        f"argv = {argv!r}\n"
+        "samples = []\n"
+        "for _ in range(200):\n"
+        "    t = time.perf_counter(); subprocess.run(argv); samples.append(time.perf_counter() - t)\n"
+        "print(statistics.median(samples[20:]))\n"
+    )
+    exit_code, out = _exec(client, sandbox_id, f"python3 - <<'PY'\n{script}PY")
+    assert exit_code == 0, out
+    return float(out.strip())
+
+
+def exec_stream_mb_s(client: httpx.Client, sandbox_id: str, size: int) -> Figure:
+    samples = []
+    for _ in range(3):
+        started = time.perf_counter()
+        received = 0
+        with client.stream(
+            "POST", f"/api/v1/sandboxes/{sandbox_id}/exec", json={"command": f"{PRODUCER} | head -c {size}"}
+        ) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                event = json.loads(line)
+                if event["type"] == "stdout":
+                    received += len(event["data"])
+        elapsed = time.perf_counter() - started
+        assert received == size, (received, size)
+        samples.append(size / MB / elapsed)
+    return _stats(samples)
+
+
+def _body(size: int) -> Iterator[bytes]:
+    chunk = os.urandom(MB)
+    for _ in range(size // MB):
+        yield chunk
+
+
+def write_file_mb_s(client: httpx.Client, sandbox_id: str, size: int, repeats: int = 3) -> Figure:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        response = client.post(
+            f"/api/v1/sandboxes/{sandbox_id}/write-file?path=/home/ubuntu/big",
+            content=_body(size),
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        response.raise_for_status()
+        assert response.json()["size"] == size
+        samples.append(size / MB / (time.perf_counter() - started))
+    return _stats(samples)
+
+
+def read_file_mb_s(client: httpx.Client, sandbox_id: str, size: int, repeats: int = 3) -> Figure:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        received = 0
+        with client.stream("POST", f"/api/v1/sandboxes/{sandbox_id}/read-file?path=/home/ubuntu/big") as response:
+            response.raise_for_status()
+            for chunk in response.iter_bytes(MB):
+                received += len(chunk)
+        assert received == size
+        samples.append(size / MB / (time.perf_counter() - started))
+    return _stats(samples)
+
+
+async def _concurrent_execs(url: str, auth: dict[str, str], sandbox_ids: list[str], per_sandbox: int) -> int:
+    limits = httpx.Limits(max_connections=len(sandbox_ids) * per_sandbox)
+    async with httpx.AsyncClient(base_url=url, headers=auth, timeout=300, limits=limits) as client:
+
+        async def one(sandbox_id: str, n: int) -> bool:
+            command = f"echo start {n}; sleep 0.5; head -c 100000 /dev/urandom | base64; echo end {n}"
+            async with client.stream(
+                "POST", f"/api/v1/sandboxes/{sandbox_id}/exec", json={"command": command}
+            ) as response:
+                done = None
+                text = []
+                async for line in response.aiter_lines():
+                    event = json.loads(line)
+                    if event["type"] == "stdout":
+                        text.append(event["data"])
+                    elif event["type"] == "done":
+                        done = event["exitCode"]
+                return done == 0 and "".join(text).rstrip().endswith(f"end {n}")
+
+        results = await asyncio.gather(*(one(s, n) for s in sandbox_ids for n in range(per_sandbox)))
+    return sum(results)
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def _environment(workdir: Path) -> dict[str, str]:
+    var = workdir / "var"
+    var.mkdir()
+    # Sandboxes run as unprivileged host users and live below this directory: it must be traversable.
+    os.chmod(workdir, 0o755)
+    os.chmod(var, 0o755)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "SVC_ENV": "production",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ENCRYPTION_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "SVC_VAR_DIR": str(var),
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+    }
+    env.pop("DATABASE_URL", None)  # fresh SQLite state: the bench never touches a real database
+    manage = [sys.executable, "manage.py"]
+    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
+    return env
+
+
+def _token(env: dict[str, str]) -> str:
+    return subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "createtoken",
+            "--org",
+            "bench",
+            "--email",
+            "bench@bench.test",
+            "--role",
+            "owner",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def _row(name: str, value: Figure, unit: str, limit: Figure | None, ratio: float | None, target: str) -> None:
+    median, low, high = value
+    spread = f"{low:.4g}..{high:.4g}"
+    limit_text = f"{limit[0]:.4g} {unit}" if limit else "-"
+    ratio_text = f"{ratio:.3g}" if ratio is not None else "-"
+    print(f"{name:<38} {median:>10.4g} {unit:<5} ({spread:>17})  {limit_text:>14}  {ratio_text:>7}  {target}")
+
+
+def run() -> dict[str, float]:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-sandboxes-", dir="/tmp"))
+    env = _environment(workdir)
+    auth = {"Authorization": f"Bearer {_token(env)}"}
+    results: dict[str, float] = {}
+    services: list[Service] = []
+    try:
+        bwrap = bare_bwrap_seconds(30)
+
+        cold_service = Service(workdir, env, pool_size=0)
+        services.append(cold_service)
+        with httpx.Client(base_url=cold_service.url, headers=auth, timeout=300) as client:
+            client.patch("/api/v1/organization", json={"sandboxesEnabled": True}).raise_for_status()
+            cold = create_to_first_exec(cold_service, client, CREATE_REPEATS, 0)
+        cold_service.stop()
+        services.remove(cold_service)
+
+        service = Service(workdir, env, pool_size=POOL_SIZE)
+        services.append(service)
+        with httpx.Client(base_url=service.url, headers=auth, timeout=300) as client:
+            warm = create_to_first_exec(service, client, CREATE_REPEATS, POOL_SIZE)
+
+            sandbox_id = _create(client)
+            spawn_bash = spawn_inside_seconds(client, sandbox_id, ["/bin/bash", "-c", "true"])
+            spawn_true = spawn_inside_seconds(client, sandbox_id, ["true"])
+            for _ in range(5):
+                _exec(client, sandbox_id, "true")
+            round_trip = _stats([_timed(lambda: _exec(client, sandbox_id, "true")) for _ in range(EXEC_REPEATS)])
+
+            pipe = bare_pipe_mb_s(STREAM_BYTES)
+            stream = exec_stream_mb_s(client, sandbox_id, STREAM_BYTES)
+
+            # The 1 GiB transfers go first, so the growth is measured from the server's RSS before
+            # any file went through it (an allocator keeps what it once grew to).
+            with _PeakRss(service.process.pid) as write_rss:
+                write_file_mb_s(client, sandbox_id, BIG_FILE_BYTES, repeats=1)
+            with _PeakRss(service.process.pid) as read_rss:
+                read_rss.before = write_rss.before
+                read_file_mb_s(client, sandbox_id, BIG_FILE_BYTES, repeats=1)
+            cp = bare_cp_mb_s(workdir, FILE_BYTES)
+            write = write_file_mb_s(client, sandbox_id, FILE_BYTES)
+            read = read_file_mb_s(client, sandbox_id, FILE_BYTES)
+            _exec(client, sandbox_id, "rm -f ~/big")
+
+            ids = [sandbox_id] + [_create(client) for _ in range(9)]
+            with _PeakRss(service.process.pid) as concurrent_rss:
+                started = time.perf_counter()
+                completed = asyncio.run(_concurrent_execs(service.url, auth, ids, 10))
+                concurrent_seconds = time.perf_counter() - started
+            for each in ids:
+                client.delete(f"/api/v1/sandboxes/{each}")
+
+        ms = (1000 * warm[0], 1000 * warm[1], 1000 * warm[2])
+        cold_ms = (1000 * cold[0], 1000 * cold[1], 1000 * cold[2])
+        bwrap_ms = (1000 * bwrap[0], 1000 * bwrap[1], 1000 * bwrap[2])
+        rt_ms = (1000 * round_trip[0], 1000 * round_trip[1], 1000 * round_trip[2])
+        results = {
+            "bare_bwrap_ms": bwrap_ms[0],
+            "create_first_exec_warm_ms": ms[0],
+            "create_first_exec_warm_ratio": warm[0] / bwrap[0],
+            "create_first_exec_cold_ms": cold_ms[0],
+            "create_first_exec_cold_ratio": cold[0] / bwrap[0],
+            "exec_round_trip_ms": rt_ms[0],
+            "spawn_bash_true_inside_ms": 1000 * spawn_bash,
+            "spawn_true_inside_ms": 1000 * spawn_true,
+            "exec_round_trip_ratio": round_trip[0] / spawn_bash,
+            "exec_stream_mb_s": stream[0],
+            "raw_pipe_mb_s": pipe[0],
+            "exec_stream_ratio": stream[0] / pipe[0],
+            "write_file_mb_s": write[0],
+            "read_file_mb_s": read[0],
+            "cp_mb_s": cp[0],
+            "write_file_ratio": write[0] / cp[0],
+            "read_file_ratio": read[0] / cp[0],
+            "write_1gib_rss_growth_mb": write_rss.growth / MB,
+            "read_1gib_rss_growth_mb": read_rss.growth / MB,
+            "concurrent_execs_completed": float(completed),
+            "concurrent_execs_seconds": concurrent_seconds,
+            "concurrent_execs_peak_rss_mb": concurrent_rss.peak / MB,
+            "concurrent_execs_rss_growth_mb": concurrent_rss.growth / MB,
+        }
+
+        print(
+            f"\n{'figure':<38} {'median':>10} {'unit':<5} ({'min..max':>17})  {'bare limit':>14}  {'ratio':>7}  target"
+        )
+        _row("(a) create -> first exec, warm pool", ms, "ms", bwrap_ms, warm[0] / bwrap[0], "<= 3, < 100 ms")
+        _row("(a) create -> first exec, cold", cold_ms, "ms", bwrap_ms, cold[0] / bwrap[0], "(no pool)")
+        _row("(b) exec `true` round trip", rt_ms, "ms", (1000 * spawn_bash,) * 3, round_trip[0] / spawn_bash, "<= 2")
+        print(f"{'':<38} bare `true` spawn inside: {1000 * spawn_true:.3g} ms (ratio {round_trip[0] / spawn_true:.3g})")
+        _row("(c) exec stdout throughput", stream, "MB/s", pipe, stream[0] / pipe[0], ">= 0.3")
+        _row("(d) write-file", write, "MB/s", cp, write[0] / cp[0], ">= 0.5")
+        _row("(d) read-file", read, "MB/s", cp, read[0] / cp[0], ">= 0.5")
+        for name, sampler in (("(d) RSS growth, 1 GiB write", write_rss), ("(d) RSS growth, 1 GiB read", read_rss)):
+            _row(name, (sampler.growth / MB,) * 3, "MB", None, None, "< 50 MB")
+        print(
+            f"(e) 100 concurrent execs / 10 sandboxes: {completed}/100 completed in {concurrent_seconds:.2f} s, "
+            f"server peak RSS {concurrent_rss.peak / MB:.0f} MB (+{concurrent_rss.growth / MB:.0f} MB)"
+        )
+        return results
+    finally:
+        for service in services:
+            service.stop()
+        from sandboxes.runtimes.local import LocalRuntime, LocalRuntimeConfig
+
+        # Whatever a failed run left running dies with its state directory.
+        leftovers = LocalRuntime(LocalRuntimeConfig(root=workdir / "var" / "sandboxes"))
+        for info in leftovers.list():
+            leftovers.destroy(info.sandbox_id)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    for key, value in run().items():
+        print(f"{key} = {value:.4g}")
