@@ -161,12 +161,14 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 else:
     CELERY_BROKER_URL = "filesystem://"
-    for _sub in ("queue", "processed"):
+    for _sub in ("queue", "processed", "control"):
         (CELERY_BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_BROKER_DIR / "queue"),
         "data_folder_out": str(CELERY_BROKER_DIR / "queue"),
         "processed_folder": str(CELERY_BROKER_DIR / "processed"),
+        # Broadcast (pidbox) messages; kombu's default is a "control" folder in the working directory.
+        "control_folder": str(CELERY_BROKER_DIR / "control"),
         "store_processed": False,
     }
 CELERY_TASK_SERIALIZER = "json"
@@ -271,6 +273,11 @@ SANDBOX_SERVICE_URL = (env_str("SANDBOX_SERVICE_URL") or f"http://127.0.0.1:{POR
 
 # How much of each exec's stdout and stderr the audit log keeps (byte counts are always complete).
 AUDIT_OUTPUT_CAP_BYTES = env_int("AUDIT_OUTPUT_CAP_BYTES", 64 * 1024, minimum=0)
+
+# Per-process caches of a token's resolved caller (bearer streaming endpoints, tool API, /api/mcp) and of
+# tool lookups. Revocations made by this process apply at once; others within this bound. 0 disables.
+PRINCIPAL_CACHE_SECONDS = env_float("PRINCIPAL_CACHE_SECONDS", 2.0, minimum=0)
+TOOL_CACHE_SECONDS = env_float("TOOL_CACHE_SECONDS", 2.0, minimum=0)
 
 HEALTH_TIMEOUT_SECONDS = env_float("HEALTH_TIMEOUT_SECONDS", 2.0, minimum=0.1)
 

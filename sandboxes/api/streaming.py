@@ -22,7 +22,6 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from audit.models import EventType
 from audit.services import OutputCapture, client_address, record_event
 from common.asyncviews import api_async_view
-from common.auth import principal_for_request
 from common.errors import ApiError
 from common.principal import Principal
 from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
@@ -44,8 +43,7 @@ class Operation:
     address: str
 
 
-def _prepare(request: HttpRequest, sandbox_id: str) -> Operation:
-    principal = principal_for_request(request)
+def _prepare(principal: Principal, request: HttpRequest, sandbox_id: str) -> Operation:
     if principal.read_only:
         raise ApiError(status_code=403, code="read_only_token", message="This token is read-only.")
     sandbox = selectors.get_running_sandbox(principal=principal, sandbox_id=sandbox_id)
@@ -53,7 +51,7 @@ def _prepare(request: HttpRequest, sandbox_id: str) -> Operation:
     return Operation(principal, sandbox, services.daemon_client(sandbox), client_address(request))
 
 
-# One thread hop for authentication, lookup and the activity update together.
+# One thread hop for the lookup and the activity update together.
 _aprepare = sync_to_async(_prepare, thread_sensitive=False)
 
 
@@ -163,12 +161,12 @@ async def _exec_lines(operation: Operation, command: str, timeout_seconds: float
 
 
 @api_async_view("POST")
-async def exec_view(request: HttpRequest, sandbox_id: str) -> StreamingHttpResponse:
+async def exec_view(request: HttpRequest, principal: Principal, sandbox_id: str) -> StreamingHttpResponse:
     body = _parse_json(request)
     serializer = ExecRequestSerializer(data=body)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    operation = await _aprepare(request, sandbox_id)
+    operation = await _aprepare(principal, request, sandbox_id)
     response = StreamingHttpResponse(
         _exec_lines(operation, data["command"], float(data["timeout"]), data["workdir"]),
         content_type="application/x-ndjson",
@@ -230,9 +228,9 @@ async def _file_chunks(operation: Operation, reader: Any, path: str) -> AsyncIte
 
 
 @api_async_view("POST")
-async def read_file_view(request: HttpRequest, sandbox_id: str) -> StreamingHttpResponse:
+async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id: str) -> StreamingHttpResponse:
     path = _path_param(request)
-    operation = await _aprepare(request, sandbox_id)
+    operation = await _aprepare(principal, request, sandbox_id)
     try:
         reader = await operation.client.open_file(path)
     except DaemonError as exc:
@@ -245,7 +243,7 @@ async def read_file_view(request: HttpRequest, sandbox_id: str) -> StreamingHttp
 
 
 @api_async_view("POST")
-async def write_file_view(request: HttpRequest, sandbox_id: str) -> JsonResponse:
+async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id: str) -> JsonResponse:
     if request.content_type != "application/octet-stream":
         raise ApiError(
             status_code=415, code="unsupported_media_type", message="Content-Type must be application/octet-stream."
@@ -260,7 +258,7 @@ async def write_file_view(request: HttpRequest, sandbox_id: str) -> JsonResponse
             message=f"Files are limited to {limit} bytes.",
             details={"maxBytes": limit},
         )
-    operation = await _aprepare(request, sandbox_id)
+    operation = await _aprepare(principal, request, sandbox_id)
 
     async def body() -> AsyncIterator[bytes]:
         total = 0
