@@ -141,7 +141,7 @@ def run() -> dict[str, float]:
         setup_test_environment()
     except RuntimeError:
         owns_environment = False
-    old_config = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+    old_config = setup_databases(verbosity=0, interactive=False, aliases={"default": {}})
     try:
         results = _measure()
     finally:

@@ -43,7 +43,7 @@ class TeamSerializer(serializers.ModelSerializer[Team]):
         model = Team
         fields = ["id", "name", "slug", "memberIds", "createdAt"]
 
-    def get_memberIds(self, team: Team) -> list[str]:  # noqa: N802
+    def get_memberIds(self, team: Team) -> list[str]:
         return sorted(member.pk for member in team.members.all())
 
 

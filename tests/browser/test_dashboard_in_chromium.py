@@ -10,6 +10,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -76,8 +77,8 @@ def test_swagger_ui_renders_the_schema(browser: webdriver.Chrome, live: LiveServ
         expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ".swagger-ui .info .title"))
     )
     assert "svc API" in title.text
-    operations = WebDriverWait(browser, 30).until(
-        lambda b: b.find_elements(By.CSS_SELECTOR, ".opblock-summary-path") or None
+    operations: list[WebElement] = WebDriverWait(browser, 30).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, ".opblock-summary-path") or False
     )
     paths = {op.text.replace("\u200b", "") for op in operations}
     assert "/api/v1/me" in paths and "/api/v1/sandboxes" in paths
