@@ -1,22 +1,9 @@
-"""The tool HTTP API served straight from ASGI, in front of Django's request cycle.
+"""The tool HTTP API served straight from ASGI, in front of Django's request cycle (common.fastpath).
 
 A proxied tool call is a few milliseconds of real work; under Django's async handler most of its
-latency went to the cycle around the view: every sync-only middleware in the stack (WhiteNoise,
-sessions, CSRF, messages, ...) and every MiddlewareMixin hook runs through a thread hop, and the
-request_started/request_finished signals add more. Here the same async views (toolapi.views) run
-for the same URLs with exactly the same request and response objects, and the middleware is
-accounted for one by one:
-
-- header-only middleware (security headers, X-Frame-Options, host validation, CommonMiddleware's
-  Content-Length) runs inline, in settings order, without a thread hop;
-- middleware with no effect on these views is skipped, with the reason listed in ``_NO_EFFECT``;
-- an exception from a view goes through ApiErrorMiddleware.process_exception, as under Django.
-
-Any middleware not listed here disables the fast path (every request goes to Django, with a
-warning), so adding one to settings.MIDDLEWARE can never be silently bypassed. A request whose
-header checks would not pass (a disallowed host, an SSL redirect, ...) is handed to Django untouched,
-which answers it as before. Body reading, request construction, disconnect handling and response
-sending are Django's own ASGIHandler methods.
+latency went to the cycle around the view. Here the same async views (toolapi.views) run for the
+same URLs with exactly the same request and response objects; common.fastpath accounts for each
+middleware and hands everything else to Django.
 
 Requests served here run outside Django's request cycle, so database work releases its connection
 itself (toolapi.views.OUTSIDE_REQUEST_CYCLE), and a plain call's audit record goes to the batched
@@ -25,51 +12,19 @@ writer (toolapi.recording) once the response was sent.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-from django.conf import settings
-from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.urls import set_script_prefix
-from django.utils.module_loading import import_string
+from django.core.handlers.asgi import ASGIHandler
+from django.http import HttpResponseBase
 
-from common.errors import error_response
-from common.middleware import ApiErrorMiddleware
+from common.fastpath import DirectAsgi, Routes, View
 from toolapi import views
 from toolapi.recording import recorder
 from toolapi.upstream import hub
 
-logger = logging.getLogger(__name__)
-
 PREFIX = "/api/mcp-httpapi/"
 TOOLS = "tools/"
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[Mapping[str, Any]], Awaitable[None]]
-View = Callable[..., Awaitable[HttpResponseBase]]
-
-# Pure functions of the request's headers and the response: run inline, in settings order.
-_INLINE = (
-    "django.middleware.security.SecurityMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-)
-# Middleware that cannot change these views' requests or responses, and why.
-_NO_EFFECT = {
-    "whitenoise.middleware.WhiteNoiseMiddleware": "serves STATIC_URL only",
-    "django.contrib.sessions.middleware.SessionMiddleware": "the views never read or write the session",
-    "django.middleware.csrf.CsrfViewMiddleware": "the views are csrf_exempt and never use the CSRF token",
-    "django.contrib.auth.middleware.AuthenticationMiddleware": "the views authenticate bearer tokens only",
-    "django.contrib.messages.middleware.MessageMiddleware": "the views add no messages",
-    # Its process_exception is applied below; its response hook only rewrites non-JSON error
-    # responses, and these views answer every error in JSON.
-    "common.middleware.ApiErrorMiddleware": "exceptions are passed to its process_exception",
-}
 
 
 def route(path_info: str) -> tuple[View, dict[str, str]] | None:
@@ -86,125 +41,32 @@ def route(path_info: str) -> tuple[View, dict[str, str]] | None:
     return None
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` as if the request body had not been read yet."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
+class ToolHttpApiRoutes(Routes):
+    name = "tool HTTP API"
 
-    async def replayed() -> dict[str, Any]:
-        return pending.pop() if pending else await receive()
+    def route(self, path_info: str) -> tuple[View, dict[str, str]] | None:
+        return route(path_info)
 
-    return replayed
-
-
-def _unused_get_response(request: HttpRequest) -> HttpResponseBase:  # pragma: no cover - never called
-    raise AssertionError("middleware hooks are called directly")
-
-
-class WithToolHttpApi:
-    """Serves the tool HTTP API's routes from ASGI and everything else through ``app`` (Django)."""
-
-    def __init__(self, app: ASGIHandler) -> None:
-        self.app = app
-        self.inline: list[Any] = []
-        self.errors = ApiErrorMiddleware(_unused_get_response)
-        unknown = [path for path in settings.MIDDLEWARE if path not in _INLINE and path not in _NO_EFFECT]
-        self.enabled = not unknown
-        if unknown:
-            logger.warning("tool HTTP API served through Django: unaccounted middleware %s", ", ".join(unknown))
-        else:
-            self.inline = [import_string(path)(_unused_get_response) for path in settings.MIDDLEWARE if path in _INLINE]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.enabled and scope.get("type") == "http":
-            prefix = get_script_prefix(scope)
-            path = scope["path"]
-            found = route(path.removeprefix(prefix) if prefix else path)
-            if found is not None:
-                await self._serve(scope, receive, send, *found)
-                return
-        await self.app(scope, receive, send)
-
-    def _passes_header_checks(self, request: HttpRequest) -> bool:
-        """Whether the request-side middleware would let the request through to the view."""
-        try:
-            return all(
-                middleware.process_request(request) is None
-                for middleware in self.inline
-                if hasattr(middleware, "process_request")
-            )
-        except Exception:
-            return False
-
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, view: View, kwargs: dict[str, str]) -> None:
-        # The same steps as ASGIHandler.handle, minus URL resolving, the middleware chain and signals.
+    def started(self) -> None:
         hub.adopt_running_loop()
-        try:
-            body_file = await self.app.read_body(receive)
-        except RequestAborted:
-            return
-        set_script_prefix(get_script_prefix(scope))
-        request, _error = self.app.create_request(scope, body_file)
-        if request is None or not self._passes_header_checks(request):
-            # A redirect, DisallowedHost, a forbidden user agent, undecodable input: Django answers it
-            # exactly as it would any other request, given the body it already sent.
-            body_file.seek(0)
-            body = body_file.read()
-            body_file.close()
-            await self.app(scope, _replay(body, receive), send)
-            return
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
         outside = views.OUTSIDE_REQUEST_CYCLE.set(True)
         try:
-            await self._respond_until_disconnect(request, receive, send, view, kwargs)
+            yield
         finally:
             views.OUTSIDE_REQUEST_CYCLE.reset(outside)
-            body_file.close()
 
-    async def _respond_until_disconnect(
-        self, request: HttpRequest, receive: Receive, send: Send, view: View, kwargs: dict[str, str]
-    ) -> None:
-        async def respond() -> HttpResponseBase:
-            response = await self._response(request, view, kwargs)
-            try:
-                await self.app.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client went away while the response was being sent
-            return response
-
-        # A client that disconnects cancels the view (and with it the upstream call), as under Django.
-        listener = asyncio.create_task(self.app.listen_for_disconnect(receive))
-        responder = asyncio.create_task(respond())
-        await asyncio.wait((listener, responder), return_when=asyncio.FIRST_COMPLETED)
-        for task in (listener, responder):
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-            else:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-        if responder.cancelled():
-            return
-        response = responder.result()
+    def finished(self, response: HttpResponseBase) -> None:
         if isinstance(response, views.AuditedResponse):
             record = response.take_record()
             if record is not None:
                 recorder.submit(record)
 
-    async def _response(self, request: HttpRequest, view: View, kwargs: dict[str, str]) -> HttpResponseBase:
-        try:
-            response = await view(request, **kwargs)
-        except Exception as exc:
-            handled = self.errors.process_exception(request, exc)
-            response = handled if handled is not None else _internal_error()
-        for middleware in reversed(self.inline):
-            if hasattr(middleware, "process_response"):
-                response = middleware.process_response(request, response)
-        return response
 
+class WithToolHttpApi(DirectAsgi):
+    """Serves the tool HTTP API's routes (and ``also``'s) from ASGI and everything else through ``app``."""
 
-def _internal_error() -> HttpResponse:  # pragma: no cover - ApiErrorMiddleware answers every /api/ path
-    return error_response(500, "internal_error", "Internal server error.")
+    def __init__(self, app: ASGIHandler, also: Sequence[Routes] = ()) -> None:
+        super().__init__(app, [ToolHttpApiRoutes(), *also])

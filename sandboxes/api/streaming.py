@@ -8,31 +8,52 @@ the response task; closing the daemon connection kills the command's process gro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import transaction
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 
 from audit.models import EventType
 from audit.services import OutputCapture, client_address, record_event
 from common.asyncviews import api_async_view
+from common.batching import BatchWriter
 from common.errors import ApiError
 from common.principal import Principal
 from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
 from sandboxes import selectors, services
 from sandboxes.api.serializers import ExecRequestSerializer
-from sandboxes.daemon_client import DaemonClient, DaemonError, DaemonUnavailable, ExecExit, ExecOutput
+from sandboxes.daemon_client import (
+    DaemonClient,
+    DaemonError,
+    DaemonUnavailable,
+    ExecEvent,
+    ExecExit,
+    ExecOutput,
+)
 from sandboxes.models import Sandbox
 
 # Exit code of the `done` line when the command has no exit status of its own: it never started
 # (missing workdir) or its fate is unknown (the sandbox stopped responding).
 NO_EXIT_STATUS = -1
+
+logger = logging.getLogger(__name__)
+
+# Operations on one sandbox within this many seconds of the last recorded activity write nothing:
+# the reaper counts idleness in minutes, and a write per exec is a commit each.
+TOUCH_INTERVAL_SECONDS = 1.0
+
+# Output already waiting behind a chunk is sent with it in one line, up to this many bytes.
+COALESCE_BYTES = 1024 * 1024
+# Daemon events read ahead of the client (each at most one pipe read, a few KiB to 1 MiB).
+READ_AHEAD = 16
 
 
 @dataclass(frozen=True)
@@ -47,7 +68,7 @@ def _prepare(principal: Principal, request: HttpRequest, sandbox_id: str) -> Ope
     if principal.read_only:
         raise ApiError(status_code=403, code="read_only_token", message="This token is read-only.")
     sandbox = selectors.get_running_sandbox(principal=principal, sandbox_id=sandbox_id)
-    services.touch(sandbox_id=sandbox.pk)
+    services.touch(sandbox_id=sandbox.pk, unless_within=TOUCH_INTERVAL_SECONDS)
     return Operation(principal, sandbox, services.daemon_client(sandbox), client_address(request))
 
 
@@ -55,26 +76,39 @@ def _prepare(principal: Principal, request: HttpRequest, sandbox_id: str) -> Ope
 _aprepare = sync_to_async(_prepare, thread_sensitive=False)
 
 
-def _record(**kwargs: Any) -> None:
+def _record_events(batch: list[dict[str, Any]]) -> None:
+    # One transaction for the batch: one commit however many operations finished meanwhile.
     try:
-        record_event(**kwargs)
-    finally:
-        close_old_connections()
+        with transaction.atomic():
+            for event in batch:
+                record_event(**event)
+        return
+    except Exception:
+        if len(batch) == 1:
+            raise
+        logger.exception("recording %d sandbox events together failed; recording them one by one", len(batch))
+    # One bad event must not take the others with it.
+    for event in batch:
+        try:
+            record_event(**event)
+        except Exception:
+            logger.exception("recording a %s event failed", event["event_type"])
+
+
+# Audit without making the client wait for the database (or fail if it is slow); see common.batching.
+audit_writer: BatchWriter[dict[str, Any]] = BatchWriter(_record_events, name="sandbox-audit-writer").flush_at_exit()
 
 
 def record_in_background(operation: Operation, event_type: str, data: dict[str, Any]) -> None:
-    """Audit without making the client wait for the database (or fail if it is slow)."""
-    loop = asyncio.get_running_loop()
-    loop.run_in_executor(
-        None,
-        lambda: _record(
-            organization=operation.principal.organization,
-            event_type=event_type,
-            sandbox_id=operation.sandbox.pk,
-            principal=operation.principal,
-            address=operation.address,
-            data=data,
-        ),
+    audit_writer.submit(
+        {
+            "organization": operation.principal.organization,
+            "event_type": event_type,
+            "sandbox_id": operation.sandbox.pk,
+            "principal": operation.principal,
+            "address": operation.address,
+            "data": data,
+        }
     )
 
 
@@ -100,6 +134,70 @@ def _parse_json(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
+class _End:
+    """The daemon's events ended, normally (``error`` None) or with ``error``."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+async def _coalesced(events: AsyncIterator[ExecEvent]) -> AsyncGenerator[ExecEvent, None]:
+    """``events``, with output chunks of one stream that are already waiting joined into one.
+
+    The daemon forwards a pipe's output as the pipe gives it (64 KiB at a time when a command
+    writes fast), and every chunk costs a JSON line and a send. Events are read ahead (at most
+    READ_AHEAD of them, so memory stays bounded) and whatever is already waiting behind a chunk is
+    joined to it, up to COALESCE_BYTES: nothing waits for more output to arrive, so the first bytes
+    and a slow command's output go out as early as before.
+    """
+    queue: asyncio.Queue[ExecEvent | _End] = asyncio.Queue(READ_AHEAD)
+
+    async def read() -> None:
+        try:
+            async for event in events:
+                await queue.put(event)
+        except Exception as exc:
+            await queue.put(_End(exc))
+        else:
+            await queue.put(_End())
+        finally:
+            # Cancelled while waiting for room in the queue, the daemon call is paused at a yield:
+            # close it here, or the command would run on until the connection is collected.
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    reader = asyncio.ensure_future(read())
+    held: ExecEvent | _End | None = None
+    try:
+        while True:
+            item = held if held is not None else await queue.get()
+            held = None
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return
+            if isinstance(item, ExecOutput):
+                parts = [item.data]
+                size = len(item.data)
+                while size < COALESCE_BYTES and not queue.empty():
+                    following = queue.get_nowait()
+                    if isinstance(following, ExecOutput) and following.stream == item.stream:
+                        parts.append(following.data)
+                        size += len(following.data)
+                    else:
+                        held = following
+                        break
+                if len(parts) > 1:
+                    item = ExecOutput(item.stream, b"".join(parts))
+            yield item
+    finally:
+        # Stopping early (the client went away) closes the daemon call, which kills the command.
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+
 async def _exec_lines(operation: Operation, command: str, timeout_seconds: float, workdir: str) -> AsyncIterator[bytes]:
     started = time.monotonic()
     captures = {"stdout": OutputCapture(), "stderr": OutputCapture()}
@@ -109,7 +207,8 @@ async def _exec_lines(operation: Operation, command: str, timeout_seconds: float
     heartbeat = asyncio.ensure_future(_heartbeat(operation.sandbox.pk))
     try:
         try:
-            async for event in operation.client.exec(command, timeout=timeout_seconds, workdir=workdir):
+            events = operation.client.exec(command, timeout=timeout_seconds, workdir=workdir)
+            async for event in _coalesced(events):
                 if isinstance(event, ExecOutput):
                     captures[event.stream].add(event.data)
                     text = decoders[event.stream].decode(event.data)
