@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -18,6 +16,7 @@ from rest_framework.request import Request
 from accounts.models import ApiToken, Membership, User, hash_token
 from common.errors import ApiError
 from common.principal import Principal
+from common.ttlcache import TtlCache
 
 # last_used_at is informational; writing it on every request would turn every read into a write.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -90,54 +89,17 @@ aprincipal_for_request = sync_to_async(principal_for_request)
 # hit, so expiring is exact. Invalid tokens are never cached.
 
 DEFAULT_PRINCIPAL_CACHE_SECONDS = 2.0
-_PRINCIPAL_CACHE_MAX = 10_000
 
 
-class _PrincipalCache:
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[Principal, float]] = {}
-        self._lock = threading.Lock()
-        # Bumped by forget(): a lookup that started before a revocation must not store its result.
-        self.generation = 0
-
-    @staticmethod
-    def ttl() -> float:
-        return float(getattr(settings, "PRINCIPAL_CACHE_SECONDS", DEFAULT_PRINCIPAL_CACHE_SECONDS))
-
-    def get(self, key: str) -> Principal | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        principal, expires = entry
-        token = principal.token
-        if time.monotonic() >= expires or (token is not None and not token.is_active):
-            with self._lock:
-                if self._entries.get(key) is entry:
-                    del self._entries[key]
-            return None
-        return principal
-
-    def put(self, key: str, principal: Principal, generation: int) -> None:
-        ttl = self.ttl()
-        if ttl <= 0:
-            return
-        with self._lock:
-            if generation != self.generation:
-                return
-            if len(self._entries) >= _PRINCIPAL_CACHE_MAX:
-                now = time.monotonic()
-                self._entries = {k: v for k, v in self._entries.items() if v[1] > now}
-                if len(self._entries) >= _PRINCIPAL_CACHE_MAX:
-                    self._entries.clear()
-            self._entries[key] = (principal, time.monotonic() + ttl)
-
-    def forget(self) -> None:
-        with self._lock:
-            self.generation += 1
-            self._entries.clear()
+def _principal_ttl() -> float:
+    return float(getattr(settings, "PRINCIPAL_CACHE_SECONDS", DEFAULT_PRINCIPAL_CACHE_SECONDS))
 
 
-_principals = _PrincipalCache()
+def _token_still_active(principal: Principal) -> bool:
+    return principal.token is None or principal.token.is_active
+
+
+_principals: TtlCache[str, Principal] = TtlCache(_principal_ttl, valid=_token_still_active)
 
 
 def cached_principal(raw: str) -> Principal | None:

@@ -14,8 +14,13 @@ with exactly the same request and response objects, and the middleware is accoun
 Any middleware not listed here disables the fast path (every request goes to Django, with a
 warning), so adding one to settings.MIDDLEWARE can never be silently bypassed. A request whose
 header checks would not pass (a disallowed host, an SSL redirect, ...) is handed to Django untouched,
-which answers it as before. Body reading, request construction, disconnect handling and response
-sending are Django's own ASGIHandler methods.
+which answers it as before. Request construction, disconnect handling and response sending are
+Django's own ASGIHandler methods.
+
+Bodies: Django reads a whole request body (spooling it to disk past a few megabytes) before the view
+runs. A view marked with ``streams_body`` instead gets the body as it arrives (``body_chunks``), so a
+1 GiB upload is relayed with bounded memory and no temporary file, and a view can refuse it (413)
+without waiting for all of it.
 
 Which URLs are served here, and what a request needs around its view, is each area's own
 (``Routes``): views served here run outside Django's request cycle, so whatever they rely on from
@@ -26,9 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
@@ -64,6 +70,53 @@ _NO_EFFECT = {
     # responses, and these views answer every error in JSON.
     "common.middleware.ApiErrorMiddleware": "exceptions are passed to its process_exception",
 }
+
+
+_ViewT = TypeVar("_ViewT", bound=Callable[..., Any])
+
+
+def streams_body(view: _ViewT) -> _ViewT:
+    """Mark a view that reads its body with ``body_chunks`` as it arrives (see the module doc)."""
+    view.streams_body = True  # type: ignore[attr-defined]
+    return view
+
+
+class BodyStream:
+    """A request body read from ASGI ``receive`` chunk by chunk, once."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        # Set once the body has been read to its end (or refused): only then may anything else
+        # (the disconnect listener) call receive.
+        self.finished = asyncio.Event()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        if self.finished.is_set():
+            return
+        try:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    raise RequestAborted()
+                body = message.get("body", b"")
+                more = message.get("more_body", False)
+                if body:
+                    yield body
+                if not more:
+                    return
+        finally:
+            self.finished.set()
+
+
+async def body_chunks(request: HttpRequest, chunk_size: int) -> AsyncIterator[bytes]:
+    """The request body as it arrives when served here; otherwise read from Django's spooled body."""
+    stream: BodyStream | None = getattr(request, "body_stream", None)
+    if stream is not None:
+        async for chunk in stream.chunks():
+            yield chunk
+        return
+    while chunk := request.read(chunk_size):
+        yield chunk
 
 
 class Routes:
@@ -150,12 +203,18 @@ class DirectAsgi:
     ) -> None:
         # The same steps as ASGIHandler.handle, minus URL resolving, the middleware chain and signals.
         routes.started()
-        try:
-            body_file = await self.app.read_body(receive)
-        except RequestAborted:
-            return
+        stream = BodyStream(receive) if getattr(view, "streams_body", False) else None
+        if stream is not None:
+            body_file: Any = io.BytesIO()
+        else:
+            try:
+                body_file = await self.app.read_body(receive)
+            except RequestAborted:
+                return
         set_script_prefix(get_script_prefix(scope))
         request, _error = self.app.create_request(scope, body_file)
+        if request is not None and stream is not None:
+            request.body_stream = stream  # type: ignore[attr-defined]
         if request is None or not self._passes_header_checks(request):
             # A redirect, DisallowedHost, a forbidden user agent, undecodable input: Django answers it
             # exactly as it would any other request, given the body it already sent.
@@ -166,15 +225,28 @@ class DirectAsgi:
             return
         try:
             with routes.serving():
-                response = await self._respond_until_disconnect(request, receive, send, view, kwargs)
+                response = await self._respond_until_disconnect(request, receive, send, view, kwargs, stream)
         finally:
             body_file.close()
         if response is not None:
             routes.finished(response)
 
     async def _respond_until_disconnect(
-        self, request: HttpRequest, receive: Receive, send: Send, view: View, kwargs: dict[str, str]
+        self,
+        request: HttpRequest,
+        receive: Receive,
+        send: Send,
+        view: View,
+        kwargs: dict[str, str],
+        stream: BodyStream | None = None,
     ) -> HttpResponseBase | None:
+        async def listen() -> None:
+            if stream is not None:
+                # The view owns receive until it has read the body (a disconnect meanwhile reaches
+                # it as RequestAborted); a response that never reads it ends before this wakes.
+                await stream.finished.wait()
+            await self.app.listen_for_disconnect(receive)
+
         async def respond() -> HttpResponseBase:
             response = await self._response(request, view, kwargs)
             try:
@@ -184,7 +256,7 @@ class DirectAsgi:
             return response
 
         # A client that disconnects cancels the view (and with it its work), as under Django.
-        listener = asyncio.create_task(self.app.listen_for_disconnect(receive))
+        listener = asyncio.create_task(listen())
         responder = asyncio.create_task(respond())
         await asyncio.wait((listener, responder), return_when=asyncio.FIRST_COMPLETED)
         for task in (listener, responder):
@@ -199,13 +271,15 @@ class DirectAsgi:
                     await task
                 except asyncio.CancelledError:
                     pass
-        if responder.cancelled():
+        if responder.cancelled() or isinstance(responder.exception(), RequestAborted):
             return None
         return responder.result()
 
     async def _response(self, request: HttpRequest, view: View, kwargs: dict[str, str]) -> HttpResponseBase:
         try:
             response = await view(request, **kwargs)
+        except RequestAborted:
+            raise  # the client went away while its body was being read: nobody to answer
         except Exception as exc:
             handled = self.errors.process_exception(request, exc)
             response = handled if handled is not None else _internal_error()

@@ -278,6 +278,9 @@ AUDIT_OUTPUT_CAP_BYTES = env_int("AUDIT_OUTPUT_CAP_BYTES", 64 * 1024, minimum=0)
 # tool lookups. Revocations made by this process apply at once; others within this bound. 0 disables.
 PRINCIPAL_CACHE_SECONDS = env_float("PRINCIPAL_CACHE_SECONDS", 2.0, minimum=0)
 TOOL_CACHE_SECONDS = env_float("TOOL_CACHE_SECONDS", 2.0, minimum=0)
+# Per-process memory of a running sandbox's daemon address and secret for exec/read-file/write-file.
+# A destroy elsewhere is noticed when the daemon is gone (the database is then read again). 0 disables.
+SANDBOX_LOOKUP_CACHE_SECONDS = env_float("SANDBOX_LOOKUP_CACHE_SECONDS", 2.0, minimum=0)
 
 HEALTH_TIMEOUT_SECONDS = env_float("HEALTH_TIMEOUT_SECONDS", 2.0, minimum=0.1)
 

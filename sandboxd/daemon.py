@@ -945,6 +945,11 @@ def _write_all(fd: int, data: bytes) -> None:
             select.select([], [fd], [], 1.0)
 
 
+def _preload_http_client() -> None:
+    with contextlib.suppress(Exception):
+        import urllib.request  # noqa: F401
+
+
 def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = None) -> None:
     daemon = Daemon(config)
     stop = threading.Event()
@@ -962,6 +967,10 @@ def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = N
         with contextlib.suppress(OSError):
             os.write(ready_fd, b"1")
         os.close(ready_fd)
+    # The token exchange needs urllib.request (tens of milliseconds to import). A warm-pool sandbox
+    # is idle until it is claimed, and the exchange is then on the critical path of the create:
+    # import it now, after readiness, so neither start nor exchange pays for it.
+    threading.Thread(target=_preload_http_client, name="preload", daemon=True).start()
     while not stop.is_set():
         try:
             client, _ = sock.accept()

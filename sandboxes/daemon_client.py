@@ -211,11 +211,21 @@ def _check(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-class FileReader:
+class _OneRequest:
+    """What one request to the daemon answers; ``aclose`` ends its connection (at once, unflushed)."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+
+    async def aclose(self) -> None:
+        self._connection.abort()
+
+
+class FileReader(_OneRequest):
     """An open file inside the sandbox: ``size`` is known before the first byte is read."""
 
     def __init__(self, connection: _Connection, size: int) -> None:
-        self._connection = connection
+        super().__init__(connection)
         self.size = size
         self.received = 0
         self._finished = False
@@ -238,8 +248,30 @@ class FileReader:
         finally:
             await self.aclose()
 
-    async def aclose(self) -> None:
-        self._connection.abort()
+
+class ExecStream(_OneRequest):
+    """The events of one command sent to the daemon. ``aclose`` (also when never iterated) ends the
+    connection, which kills the command's process group if it still runs."""
+
+    def __aiter__(self) -> AsyncIterator[ExecEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[ExecEvent]:
+        try:
+            while True:
+                kind, payload = await self._connection.frame()
+                if kind != Kind.JSON:
+                    yield ExecOutput(_stream_name(kind), payload)
+                    continue
+                message = _check(decode_json(payload))
+                kind_name = message.get("type")
+                if kind_name == "started":
+                    yield ExecStarted(int(message["pid"]))
+                elif kind_name == "exit":
+                    yield ExecExit(int(message["exitCode"]), bool(message.get("timedOut")), message.get("signal"))
+                    return
+        finally:
+            await self.aclose()
 
 
 class ProcessStream:
@@ -350,7 +382,7 @@ class DaemonClient:
         ) as connection:
             return await connection.message()
 
-    async def exec(
+    async def start_exec(
         self,
         command: str,
         *,
@@ -359,27 +391,35 @@ class DaemonClient:
         timeout: float | None = None,  # noqa: ASYNC109
         workdir: str | None = None,
         env: Mapping[str, str] | None = None,
+    ) -> ExecStream:
+        """Send a command to the daemon; its events follow from the returned stream.
+
+        Raises ``DaemonUnavailable`` here when the daemon cannot be reached, before anything ran.
+        """
+        connection = await self._open(
+            "exec", command=command, timeout=timeout, workdir=workdir, env=dict(env) if env else None
+        )
+        return ExecStream(connection)
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the command's limit, see start_exec()
+        workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> AsyncIterator[ExecEvent]:
         """Events of one command as they happen: started, output chunks, exit.
 
         Raises ``DaemonError`` before any output for a request the daemon refuses (missing workdir).
         Stopping the iteration early (``aclose``, task cancellation) kills the command's process group.
         """
-        async with self._request(
-            "exec", command=command, timeout=timeout, workdir=workdir, env=dict(env) if env else None
-        ) as connection:
-            while True:
-                kind, payload = await connection.frame()
-                if kind != Kind.JSON:
-                    yield ExecOutput(_stream_name(kind), payload)
-                    continue
-                message = _check(decode_json(payload))
-                kind_name = message.get("type")
-                if kind_name == "started":
-                    yield ExecStarted(int(message["pid"]))
-                elif kind_name == "exit":
-                    yield ExecExit(int(message["exitCode"]), bool(message.get("timedOut")), message.get("signal"))
-                    return
+        stream = await self.start_exec(command, timeout=timeout, workdir=workdir, env=env)
+        try:
+            async for event in stream:
+                yield event
+        finally:
+            await stream.aclose()
 
     async def run(
         self,

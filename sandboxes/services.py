@@ -26,12 +26,14 @@ from audit.services import record_event
 from common.crypto import decrypt_str, encrypt
 from common.errors import ApiError
 from common.principal import Principal
+from common.ttlcache import TtlCache
 from sandboxes import credentials
 from sandboxes.daemon_client import DaemonClient
 from sandboxes.models import ACTIVE_STATUSES, DestroyReason, Sandbox, SandboxStatus
 from sandboxes.pool import get_pool
 from sandboxes.runtime import get_runtime, parse_address
 from sandboxes.runtimes.base import SandboxHandle, SandboxInfo, SandboxRuntime, SandboxState
+from sandboxes.selectors import get_running_sandbox
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +145,7 @@ def destroy_sandbox(
         locked.destroyed_at = timezone.now()
         locked.destroy_reason = reason
         locked.save(update_fields=["status", "destroyed_at", "destroy_reason"])
+    forget_running(sandbox.pk)
     revoke_sandbox_tokens(sandbox_id=sandbox.pk)
     try:
         get_runtime().destroy(sandbox.pk)
@@ -169,27 +172,77 @@ _touched: dict[str, float] = {}
 _touched_lock = threading.Lock()
 
 
-def touch(*, sandbox_id: str, unless_within: float = 0.0) -> None:
-    """Record activity: one UPDATE, no read, so it is cheap on every operation.
+def touch_due(sandbox_id: str, unless_within: float) -> bool:
+    """Whether an operation now should record activity; if so, it is counted as recorded.
 
-    With ``unless_within``, the UPDATE is skipped when this process recorded the sandbox's activity
-    less than that many seconds ago: the reaper counts idleness in minutes, so a burst of operations
-    needs one write (a commit, on SQLite a disk sync), not one each.
+    False when this process recorded the sandbox's activity less than ``unless_within`` seconds
+    ago: the reaper counts idleness in minutes, so a burst of operations needs one write (a commit,
+    on SQLite a disk sync), not one each.
     """
+    if unless_within <= 0:
+        return True
     now = time.monotonic()
-    if unless_within > 0:
-        with _touched_lock:
-            last = _touched.get(sandbox_id)
-            if last is not None and now - last < unless_within:
-                return
-            if len(_touched) > 10_000:
-                _touched.clear()
-            _touched[sandbox_id] = now
+    with _touched_lock:
+        last = _touched.get(sandbox_id)
+        if last is not None and now - last < unless_within:
+            return False
+        if len(_touched) > 10_000:
+            _touched.clear()
+        _touched[sandbox_id] = now
+    return True
+
+
+def touch(*, sandbox_id: str, unless_within: float = 0.0) -> None:
+    """Record activity: one UPDATE, no read, so it is cheap on every operation (see touch_due)."""
+    if touch_due(sandbox_id, unless_within):
+        record_activity(sandbox_id)
+
+
+def record_activity(sandbox_id: str) -> None:
     Sandbox.objects.filter(pk=sandbox_id, status=SandboxStatus.RUNNING).update(last_activity_at=timezone.now())
 
 
 def daemon_client(sandbox: Sandbox) -> DaemonClient:
     return DaemonClient(parse_address(sandbox.daemon_address), decrypt_str(sandbox.daemon_secret_encrypted))
+
+
+# -- running sandboxes, remembered briefly -------------------------------------------------------
+#
+# Every exec, read and write needs the sandbox's daemon address and secret: a query and a decryption
+# that cost more than a short exec itself. This process remembers them for
+# SANDBOX_LOOKUP_CACHE_SECONDS. A destroy in this process forgets the sandbox at once; one made
+# elsewhere (the reaper in the worker, another web process) leaves an entry that leads to a daemon
+# that is gone, and the operation then re-reads the database (streaming views, ``forget_running``)
+# and answers 410 as it would have.
+
+
+def _lookup_ttl() -> float:
+    return float(settings.SANDBOX_LOOKUP_CACHE_SECONDS)
+
+
+# sandbox id -> (organization id, daemon client)
+_running: TtlCache[str, tuple[str, DaemonClient]] = TtlCache(_lookup_ttl)
+
+
+def cached_daemon_client(*, organization_id: str, sandbox_id: str) -> DaemonClient | None:
+    """The daemon client of a sandbox of this organization that ran a moment ago, if remembered."""
+    entry = _running.get(sandbox_id)
+    if entry is None or entry[0] != organization_id:
+        return None
+    return entry[1]
+
+
+def running_daemon_client(*, principal: Principal, sandbox_id: str) -> DaemonClient:
+    """The daemon client of a running sandbox of the caller's organization (404/409/410 otherwise)."""
+    generation = _running.generation
+    sandbox = get_running_sandbox(principal=principal, sandbox_id=sandbox_id)
+    client = daemon_client(sandbox)
+    _running.put(sandbox.pk, (sandbox.organization_id, client), generation)
+    return client
+
+
+def forget_running(sandbox_id: str) -> None:
+    _running.discard(sandbox_id)
 
 
 def reconcile() -> dict[str, list[str]]:

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +26,10 @@ from audit.services import OutputCapture, client_address, record_event
 from common.asyncviews import api_async_view
 from common.batching import BatchWriter
 from common.errors import ApiError
+from common.fastpath import body_chunks, streams_body
 from common.principal import Principal
 from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
-from sandboxes import selectors, services
+from sandboxes import services
 from sandboxes.api.serializers import ExecRequestSerializer
 from sandboxes.daemon_client import (
     DaemonClient,
@@ -37,8 +38,8 @@ from sandboxes.daemon_client import (
     ExecEvent,
     ExecExit,
     ExecOutput,
+    ExecStream,
 )
-from sandboxes.models import Sandbox
 
 # Exit code of the `done` line when the command has no exit status of its own: it never started
 # (missing workdir) or its fate is unknown (the sandbox stopped responding).
@@ -59,21 +60,48 @@ READ_AHEAD = 16
 @dataclass(frozen=True)
 class Operation:
     principal: Principal
-    sandbox: Sandbox
+    sandbox_id: str
     client: DaemonClient
     address: str
+    # The daemon client came from this process's memory of running sandboxes, not the database:
+    # if its daemon is gone, the sandbox may have been destroyed elsewhere (see _refreshed).
+    remembered: bool
 
 
-def _prepare(principal: Principal, request: HttpRequest, sandbox_id: str) -> Operation:
-    if principal.read_only:
-        raise ApiError(status_code=403, code="read_only_token", message="This token is read-only.")
-    sandbox = selectors.get_running_sandbox(principal=principal, sandbox_id=sandbox_id)
-    services.touch(sandbox_id=sandbox.pk, unless_within=TOUCH_INTERVAL_SECONDS)
-    return Operation(principal, sandbox, services.daemon_client(sandbox), client_address(request))
+def _lookup(principal: Principal, sandbox_id: str) -> DaemonClient:
+    client = services.running_daemon_client(principal=principal, sandbox_id=sandbox_id)
+    services.touch(sandbox_id=sandbox_id, unless_within=TOUCH_INTERVAL_SECONDS)
+    return client
 
 
 # One thread hop for the lookup and the activity update together.
-_aprepare = sync_to_async(_prepare, thread_sensitive=False)
+_alookup = sync_to_async(_lookup, thread_sensitive=False)
+_atouch = sync_to_async(services.record_activity, thread_sensitive=False)
+
+
+async def _aprepare(principal: Principal, request: HttpRequest, sandbox_id: str) -> Operation:
+    """The caller's running sandbox and its daemon; without a database query while remembered."""
+    if principal.read_only:
+        raise ApiError(status_code=403, code="read_only_token", message="This token is read-only.")
+    address = client_address(request)
+    client = services.cached_daemon_client(organization_id=principal.organization.pk, sandbox_id=sandbox_id)
+    if client is None:
+        return Operation(principal, sandbox_id, await _alookup(principal, sandbox_id), address, remembered=False)
+    if services.touch_due(sandbox_id, TOUCH_INTERVAL_SECONDS):
+        await _atouch(sandbox_id)
+    return Operation(principal, sandbox_id, client, address, remembered=True)
+
+
+async def _refreshed(operation: Operation, request: HttpRequest) -> Operation | None:
+    """After a remembered daemon turned out unreachable: the sandbox as the database has it now.
+
+    Raises the answer the database gives (410 for a sandbox destroyed meanwhile, by the reaper say);
+    None when the daemon was not a remembered one (nothing new to learn).
+    """
+    if not operation.remembered:
+        return None
+    services.forget_running(operation.sandbox_id)
+    return await _aprepare(operation.principal, request, operation.sandbox_id)
 
 
 def _record_events(batch: list[dict[str, Any]]) -> None:
@@ -104,7 +132,7 @@ def record_in_background(operation: Operation, event_type: str, data: dict[str, 
         {
             "organization": operation.principal.organization,
             "event_type": event_type,
-            "sandbox_id": operation.sandbox.pk,
+            "sandbox_id": operation.sandbox_id,
             "principal": operation.principal,
             "address": operation.address,
             "data": data,
@@ -141,7 +169,7 @@ class _End:
         self.error = error
 
 
-async def _coalesced(events: AsyncIterator[ExecEvent]) -> AsyncGenerator[ExecEvent, None]:
+async def _coalesced(events: AsyncIterable[ExecEvent]) -> AsyncGenerator[ExecEvent, None]:
     """``events``, with output chunks of one stream that are already waiting joined into one.
 
     The daemon forwards a pipe's output as the pipe gives it (64 KiB at a time when a command
@@ -198,16 +226,20 @@ async def _coalesced(events: AsyncIterator[ExecEvent]) -> AsyncGenerator[ExecEve
             await reader
 
 
-async def _exec_lines(operation: Operation, command: str, timeout_seconds: float, workdir: str) -> AsyncIterator[bytes]:
+async def _exec_lines(
+    operation: Operation, events: ExecStream | DaemonError, command: str, timeout_seconds: float, workdir: str
+) -> AsyncIterator[bytes]:
+    """The NDJSON lines of a command sent to the daemon (``events``), or of a failure to send it."""
     started = time.monotonic()
     captures = {"stdout": OutputCapture(), "stderr": OutputCapture()}
     decoders = {"stdout": TextDecoder(), "stderr": TextDecoder()}
     exit_code: int = NO_EXIT_STATUS
     outcome = "cancelled"
-    heartbeat = asyncio.ensure_future(_heartbeat(operation.sandbox.pk))
+    heartbeat = asyncio.ensure_future(_heartbeat(operation.sandbox_id))
     try:
         try:
-            events = operation.client.exec(command, timeout=timeout_seconds, workdir=workdir)
+            if isinstance(events, DaemonError):
+                raise events
             async for event in _coalesced(events):
                 if isinstance(event, ExecOutput):
                     captures[event.stream].add(event.data)
@@ -243,6 +275,8 @@ async def _exec_lines(operation: Operation, command: str, timeout_seconds: float
         yield _line({"type": "done", "exitCode": exit_code})
     finally:
         heartbeat.cancel()
+        if not isinstance(events, DaemonError):
+            await events.aclose()
         record_in_background(
             operation,
             EventType.EXEC,
@@ -266,8 +300,21 @@ async def exec_view(request: HttpRequest, principal: Principal, sandbox_id: str)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
     operation = await _aprepare(principal, request, sandbox_id)
+    timeout, workdir = float(data["timeout"]), data["workdir"]
+    events: ExecStream | DaemonError
+    try:
+        events = await operation.client.start_exec(data["command"], timeout=timeout, workdir=workdir)
+    except DaemonUnavailable as exc:
+        events = exc
+        refreshed = await _refreshed(operation, request)
+        if refreshed is not None:
+            operation = refreshed
+            try:
+                events = await operation.client.start_exec(data["command"], timeout=timeout, workdir=workdir)
+            except DaemonUnavailable as again:
+                events = again
     response = StreamingHttpResponse(
-        _exec_lines(operation, data["command"], float(data["timeout"]), data["workdir"]),
+        _exec_lines(operation, events, data["command"], timeout, workdir),
         content_type="application/x-ndjson",
     )
     response["Cache-Control"] = "no-store"
@@ -331,7 +378,14 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
     path = _path_param(request)
     operation = await _aprepare(principal, request, sandbox_id)
     try:
-        reader = await operation.client.open_file(path)
+        try:
+            reader = await operation.client.open_file(path)
+        except DaemonUnavailable:
+            refreshed = await _refreshed(operation, request)
+            if refreshed is None:
+                raise
+            operation = refreshed
+            reader = await operation.client.open_file(path)
     except DaemonError as exc:
         raise _file_error(exc) from exc
     response = StreamingHttpResponse(_file_chunks(operation, reader, path), content_type="application/octet-stream")
@@ -341,6 +395,7 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
     return response
 
 
+@streams_body
 @api_async_view("POST")
 async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id: str) -> JsonResponse:
     if request.content_type != "application/octet-stream":
@@ -359,9 +414,13 @@ async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id
         )
     operation = await _aprepare(principal, request, sandbox_id)
 
+    body_started = False
+
     async def body() -> AsyncIterator[bytes]:
+        nonlocal body_started
+        body_started = True
         total = 0
-        while chunk := request.read(CHUNK_SIZE):
+        async for chunk in body_chunks(request, CHUNK_SIZE):
             total += len(chunk)
             if total > limit:
                 # Raising here aborts the daemon's temporary file: nothing half-written is left.
@@ -374,7 +433,16 @@ async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id
             yield chunk
 
     try:
-        result = await operation.client.write_file(path, body())
+        try:
+            result = await operation.client.write_file(path, body())
+        except DaemonUnavailable:
+            # Only a daemon that could not be reached at all (no byte of the body taken yet) is
+            # worth asking the database about.
+            refreshed = None if body_started else await _refreshed(operation, request)
+            if refreshed is None:
+                raise
+            operation = refreshed
+            result = await operation.client.write_file(path, body())
     except DaemonError as exc:
         raise _file_error(exc) from exc
     record_in_background(operation, EventType.WRITE_FILE, {"path": result.path, "bytes": result.size})

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -71,6 +74,23 @@ def test_write_errors_leave_nothing_behind(api: httpx.Client, sandbox_id: str) -
     assert stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")) == ""
 
 
+def test_an_upload_cut_off_midway_leaves_nothing_behind(api: httpx.Client, sandbox_id: str) -> None:
+    # The body is relayed to the sandbox as it arrives; a client that goes away mid-body must not
+    # leave a partial file (nor a temporary one) behind, and the service goes on serving.
+    target = urlsplit(str(api.base_url))
+    with socket.create_connection((target.hostname, target.port)) as raw:
+        raw.sendall(
+            f"POST /api/v1/sandboxes/{sandbox_id}/write-file?path=/tmp/cut HTTP/1.1\r\n"
+            f"Host: {target.hostname}\r\nAuthorization: {api.headers['Authorization']}\r\n"
+            "Content-Type: application/octet-stream\r\nContent-Length: 10000000\r\n\r\n".encode()
+        )
+        raw.sendall(b"x" * 1_000_000)
+        time.sleep(0.3)
+    wait_for(lambda: stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")) == "" or None)
+    assert _write(api, sandbox_id, "/tmp/after", b"fine").status_code == 200
+    assert stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")).split() == ["after"]
+
+
 def test_files_are_audited(api: httpx.Client, sandbox_id: str) -> None:
     _write(api, sandbox_id, "/tmp/audited", b"12345")
     _read(api, sandbox_id, "/tmp/audited")
@@ -131,6 +151,14 @@ def test_size_limit_is_413(tmp_path: object, enabled: object, transactional_db: 
             sandbox_id = client.post("/api/v1/sandboxes").json()["id"]
             too_big = _write(client, sandbox_id, "/tmp/big", b"x" * 1001)
             assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "payload_too_large"
+            # Without a Content-Length (chunked), the body is counted as it arrives and refused there.
+            chunked = client.post(
+                f"/api/v1/sandboxes/{sandbox_id}/write-file",
+                params={"path": "/tmp/chunked"},
+                content=iter([b"x" * 600, b"x" * 600]),
+                headers=OCTETS,
+            )
+            assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "payload_too_large"
             assert _write(client, sandbox_id, "/tmp/ok", b"x" * 1000).status_code == 200
             assert stdout_of(exec_lines(client, sandbox_id, "ls /tmp")).split() == ["ok"]
             client.delete(f"/api/v1/sandboxes/{sandbox_id}")

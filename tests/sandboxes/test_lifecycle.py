@@ -58,6 +58,25 @@ def test_create_get_list_destroy(api: httpx.Client, enabled: Actor) -> None:
     assert api.get(f"/api/v1/sandboxes/{sandbox_id}/audit-logs").status_code == 200
 
 
+def test_a_sandbox_destroyed_by_another_process_answers_410_at_once(api: httpx.Client, sandbox_id: str) -> None:
+    # The web process remembers running sandboxes for a moment; a destroy made elsewhere (here this
+    # test process, in production the reaper in the worker) must still be answered 410 right away.
+    assert stdout_of(exec_lines(api, sandbox_id, "echo warm")) == "warm\n"
+    assert api.post(f"/api/v1/sandboxes/{sandbox_id}/read-file", params={"path": "/etc/hostname"}).status_code == 200
+    services.destroy_sandbox(sandbox=Sandbox.objects.get(pk=sandbox_id), reason="inactivity")
+    for operation, request in (
+        ("exec", {"json": {"command": "true"}}),
+        ("read-file", {"params": {"path": "/etc/hostname"}}),
+        (
+            "write-file",
+            {"params": {"path": "/tmp/x"}, "content": b"x", "headers": {"Content-Type": "application/octet-stream"}},
+        ),
+    ):
+        gone = api.post(f"/api/v1/sandboxes/{sandbox_id}/{operation}", **request)
+        assert gone.status_code == 410, (operation, gone.text)
+        assert gone.json()["error"]["details"]["destroyReason"] == "inactivity"
+
+
 def test_sandboxes_must_be_enabled(live: LiveServer, owner: Actor) -> None:
     response = httpx.post(f"{live.url}/api/v1/sandboxes", headers=owner.auth, timeout=30)
     assert response.status_code == 403
