@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed
 .PHONY: run test lint typecheck bench install clean
 
 $(STAMP): requirements/base.txt requirements/dev.txt requirements/constraints.txt
+	@# Debian splits venv support off python3.
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || scripts/ensure-system-packages --only python3-venv
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements/dev.txt -c requirements/constraints.txt
@@ -20,6 +22,8 @@ run: $(STAMP)
 	$(PY) manage.py runall --port $(PORT)
 
 test: $(STAMP)
+	@# Real sandboxes and the browser tests need bubblewrap, passt, chromium...: see .ci/apt-packages.txt.
+	scripts/ensure-system-packages
 	$(PY) -m pytest
 
 lint: $(STAMP)

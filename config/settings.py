@@ -38,17 +38,22 @@ PRODUCTION = SVC_ENV == "production"
 SECRET_KEY = local_secret("SECRET_KEY", VAR_DIR / "secret_key", production=PRODUCTION, generate=token_urlsafe)
 # Comma-separated Fernet keys, newest first: data is encrypted with the first and decrypted with any,
 # so a key can be rotated by prepending a new one and re-encrypting at leisure.
-ENCRYPTION_KEYS = env_list(
-    "ENCRYPTION_KEYS",
-    [
-        local_secret(
-            "ENCRYPTION_KEY",
-            VAR_DIR / "encryption_key",
-            production=PRODUCTION,
-            generate=lambda: Fernet.generate_key().decode(),
-        )
-    ],
-)
+ENCRYPTION_KEYS = env_list("ENCRYPTION_KEYS", []) or [
+    # Only without ENCRYPTION_KEYS: then a single ENCRYPTION_KEY, or (outside production) a local file.
+    local_secret(
+        "ENCRYPTION_KEY",
+        VAR_DIR / "encryption_key",
+        production=PRODUCTION,
+        generate=lambda: Fernet.generate_key().decode(),
+    )
+]
+for _key in ENCRYPTION_KEYS:
+    try:
+        Fernet(_key)
+    except ValueError:
+        raise ImproperlyConfigured(
+            "ENCRYPTION_KEYS/ENCRYPTION_KEY must be Fernet keys (32 url-safe base64-encoded bytes)."
+        ) from None
 
 DEBUG = env_bool("DEBUG", not PRODUCTION and SVC_ENV != "test")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["*"])

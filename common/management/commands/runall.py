@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -91,6 +92,11 @@ class Command(BaseCommand):
             try:
                 with urllib.request.urlopen(f"{url}/healthz", timeout=2):  # noqa: S310 - our own http URL
                     break
+            except urllib.error.HTTPError as unhealthy:
+                # Serving, with something down (no bubblewrap, say): /healthz says what; say it too.
+                detail = unhealthy.read().decode(errors="replace")
+                self.stderr.write(f"The service is up, but not everything is healthy: {detail}")
+                break
             except Exception:
                 if any(child.poll() is not None for child in children):
                     self.stderr.write("A process exited during start-up; see the output above.")
