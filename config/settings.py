@@ -7,6 +7,7 @@ REDIS_URL to Redis for Celery and Channels.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -189,6 +190,28 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# Rate limits (common/throttling.py) count in this cache: Redis when configured, so every process of
+# the service shares the counts; otherwise this process's memory.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": env_str("SVC_CACHE_PREFIX") or "svc",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Requests per token to the REST API, and token exchanges per client address ("<n>/<s|min|hour|day>";
+# empty turns the limit off). Beyond them: 429 with Retry-After.
+_RATE = r"^(\d+/(s|sec|second|m|min|minute|h|hour|d|day))?$"
+API_RATE_LIMIT = env_str("API_RATE_LIMIT", "1200/min") or ""
+TOKEN_EXCHANGE_RATE_LIMIT = env_str("TOKEN_EXCHANGE_RATE_LIMIT", "600/min") or ""
+for _name, _rate in (("API_RATE_LIMIT", API_RATE_LIMIT), ("TOKEN_EXCHANGE_RATE_LIMIT", TOKEN_EXCHANGE_RATE_LIMIT)):
+    if not re.match(_RATE, _rate):
+        raise ImproperlyConfigured(f"{_name} must look like 100/min (or be empty to turn it off), not {_rate!r}.")
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["common.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["common.permissions.IsOrganizationMember"],
@@ -196,6 +219,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "common.errors.api_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["common.throttling.TokenRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
 

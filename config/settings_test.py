@@ -16,6 +16,12 @@ if "SVC_VAR_DIR" not in os.environ:
     # Sandboxes run as unprivileged host users and live below this directory: it must be traversable.
     os.chmod(_var, 0o755)  # noqa: S103 - holds nothing secret that its files do not protect themselves
     os.environ["SVC_VAR_DIR"] = _var
+# Tests and benchmarks drive many requests with one token in seconds; the rate-limit tests turn the
+# limits on themselves. Set in the environment so live servers started by tests inherit it.
+os.environ.setdefault("API_RATE_LIMIT", "")
+os.environ.setdefault("TOKEN_EXCHANGE_RATE_LIMIT", "")
+# Per-run cache keys: a shared Redis (CI) never mixes the counts of two runs.
+os.environ.setdefault("SVC_CACHE_PREFIX", f"svc-test-{os.getpid()}")
 
 from config.settings import *  # noqa: F403
 from config.settings import VAR_DIR

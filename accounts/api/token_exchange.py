@@ -8,6 +8,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from accounts import oidc, services
+from common.throttling import exchange_allowed
 
 GRANT_TYPE = "urn:ietf:params:oauth:grant-type:token-exchange"
 JWT_TYPE = "urn:ietf:params:oauth:token-type:jwt"
@@ -25,6 +26,12 @@ def _oauth_error(error: str, description: str, status: int = 400) -> JsonRespons
 @csrf_exempt
 @require_POST
 def token_exchange(request: HttpRequest) -> JsonResponse:
+    allowed, wait = exchange_allowed(request)
+    if not allowed:
+        response = _oauth_error("rate_limited", "Too many token exchanges from this address; retry later.", 429)
+        if wait is not None:
+            response["Retry-After"] = str(wait)
+        return response
     if not request.content_type or request.content_type != "application/x-www-form-urlencoded":
         return _oauth_error("invalid_request", "Content-Type must be application/x-www-form-urlencoded")
     grant_type = request.POST.get("grant_type", "")

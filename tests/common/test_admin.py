@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.apps import apps
 from django.contrib import admin
+from django.db.models import Model
 from django.test import Client
 from django.urls import reverse
 
@@ -14,7 +15,7 @@ from tests.conftest import Actor
 SERVICE_APPS = {"accounts", "audit", "sandboxes", "skills", "toolapi"}
 
 
-def _service_models() -> list[type]:
+def _service_models() -> list[type[Model]]:
     return [model for model in apps.get_models() if model._meta.app_label in SERVICE_APPS]
 
 

@@ -72,3 +72,42 @@ def test_bad_token_gets_401(path: str) -> None:
     response = client.get("/" + path)
     assert response.status_code == 401, (path, response.status_code)
     assert response.json()["error"]["code"] == "authentication_failed"
+
+
+def asgi_mounted_paths() -> list[str]:
+    """Paths answered by layers of the served ASGI application in front of Django's URLconf.
+
+    Every layer is accounted for: a new one makes this fail until its paths are listed here, so
+    nothing mounted outside the URLconf escapes the 401 checks.
+    """
+    from django.core.handlers.asgi import ASGIHandler
+
+    from common.fastpath import DirectAsgi
+    from config.asgi import application
+    from toolapi.mcp_endpoint import MCP_PATHS, WithMcpEndpoint
+
+    paths: list[str] = []
+    layer = application.application_mapping["http"]
+    while not isinstance(layer, ASGIHandler):
+        if isinstance(layer, WithMcpEndpoint):
+            paths.extend(path.lstrip("/") for path in MCP_PATHS)
+        elif not isinstance(layer, DirectAsgi):  # serves URLconf routes only (see test_fast_path)
+            raise AssertionError(f"unknown ASGI layer {type(layer).__name__}: list the paths it serves")
+        layer = layer.app
+    return paths
+
+
+def test_the_served_application_refuses_anonymous_callers_everywhere(live: Any) -> None:
+    # Through the real ASGI application and server: the routes served in front of Django (the MCP
+    # endpoint, the streaming fast paths) answer exactly as the URLconf's do.
+    import httpx
+
+    paths = [p for p in [*api_paths(), *asgi_mounted_paths()] if p not in PUBLIC]
+    assert "api/mcp" in paths
+    with httpx.Client(base_url=live.url, timeout=30) as client:
+        for path in paths:
+            for method in ("GET", "POST"):
+                response = client.request(method, "/" + path, json={})
+                assert response.status_code == 401, (method, path, response.status_code, response.text[:200])
+                assert response.headers["www-authenticate"].startswith("Bearer"), (method, path)
+                assert response.json()["error"]["code"] in {"not_authenticated", "authentication_failed"}

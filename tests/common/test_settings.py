@@ -13,9 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "ENCRYPTION_KEY", "SVC_", "DJANGO_"))}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "ENCRYPTION_KEY", "SVC_", "DJANGO_"))
+    }
     return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"],
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)",
+        ],
         cwd=ROOT,
         env={**base, "DJANGO_SETTINGS_MODULE": "config.settings", "SVC_VAR_DIR": str(tmp_path), **env},
         capture_output=True,
@@ -51,3 +57,8 @@ def test_development_generates_local_secrets_once(tmp_path: Path) -> None:
     before = key_file.read_text()
     assert _load_settings(tmp_path, SVC_ENV="development").returncode == 0
     assert key_file.read_text() == before
+
+
+def test_malformed_rate_limits_are_refused(tmp_path: Path) -> None:
+    loaded = _load_settings(tmp_path, SVC_ENV="development", API_RATE_LIMIT="lots")
+    assert loaded.returncode != 0 and "API_RATE_LIMIT must look like 100/min" in loaded.stderr
