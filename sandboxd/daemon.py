@@ -854,11 +854,14 @@ class Daemon:
             if not stat.S_ISREG(st.st_mode):
                 raise RequestError(ErrorCode.BAD_REQUEST, f"{path}: not a regular file")
             os.set_blocking(fd, True)
+            # The file as it was sized when opened: exactly that many bytes, so the size announced
+            # first (the HTTP Content-Length) holds even while something appends to it. A file
+            # truncated meanwhile ends short, which the client sees as an incomplete body.
             conn.send({"type": "ok", "size": st.st_size})
             sent = 0
-            while True:
+            while sent < st.st_size:
                 try:
-                    data = os.read(fd, CHUNK_SIZE)
+                    data = os.read(fd, min(CHUNK_SIZE, st.st_size - sent))
                 except OSError as exc:
                     raise _errno_error(exc, path) from exc
                 if not data:

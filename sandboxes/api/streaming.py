@@ -389,8 +389,8 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
     except DaemonError as exc:
         raise _file_error(exc) from exc
     response = StreamingHttpResponse(_file_chunks(operation, reader, path), content_type="application/octet-stream")
-    # The size when opened; a file still growing may send more, so it is not a Content-Length.
-    response["X-File-Size"] = str(reader.size)
+    # The daemon sends exactly the size the file had when opened (see sandboxd op_read).
+    response["Content-Length"] = str(reader.size)
     response["Cache-Control"] = "no-store"
     return response
 

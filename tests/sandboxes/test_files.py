@@ -36,6 +36,7 @@ def test_binary_round_trip_with_nested_parents(api: httpx.Client, sandbox_id: st
     read = _read(api, sandbox_id, "/home/ubuntu/a/b/c/all.bin")
     assert read.status_code == 200
     assert read.headers["content-type"] == "application/octet-stream"
+    assert read.headers["content-length"] == str(len(data)), "clients can show progress and check completeness"
     assert read.content == data
     # Written as the sandbox user, visible to commands.
     assert stdout_of(exec_lines(api, sandbox_id, "stat -c %u /home/ubuntu/a/b/c/all.bin")) == "1000\n"
@@ -46,6 +47,17 @@ def test_overwrite_is_atomic_and_complete(api: httpx.Client, sandbox_id: str) ->
     _write(api, sandbox_id, "/tmp/f", b"second")
     assert _read(api, sandbox_id, "/tmp/f").content == b"second"
     assert stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")).split() == ["f"], "no temporary files left"
+
+
+def test_a_file_growing_while_read_is_read_as_it_was_opened(api: httpx.Client, sandbox_id: str) -> None:
+    assert _write(api, sandbox_id, "/tmp/log", b"x" * (8 * 1024 * 1024)).status_code == 200
+    # Something keeps appending while the file is read: the body is the size announced at open.
+    exec_lines(api, sandbox_id, "nohup sh -c 'while :; do echo more >> /tmp/log; done' >/dev/null 2>&1 &")
+    with api.stream("POST", f"/api/v1/sandboxes/{sandbox_id}/read-file", params={"path": "/tmp/log"}) as response:
+        declared = int(response.headers["content-length"])
+        body = b"".join(response.iter_bytes())
+    exec_lines(api, sandbox_id, "pkill -f 'echo more' || true")
+    assert declared >= 8 * 1024 * 1024 and len(body) == declared
 
 
 def test_read_errors(api: httpx.Client, sandbox_id: str) -> None:
