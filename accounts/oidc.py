@@ -22,12 +22,18 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from common.ids import new_id
 
 # Only asymmetric algorithms: a symmetric one would let anyone holding the public key forge tokens.
 ALLOWED_ALGORITHMS = ["ES256", "RS256"]
+
+# How long a trusted issuer's fetched JWKS is used before it is fetched again: a key the issuer
+# removes (rotated out, or compromised) stops being accepted within this bound.
+DEFAULT_TRUSTED_JWKS_CACHE_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,11 @@ def _generate_key_file(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        # Created with 0600 from the start so the private key is never briefly readable by others.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return  # another process (web, worker, beat start together) generated it first: use theirs
     with os.fdopen(fd, "wb") as handle:
         handle.write(pem)
 
@@ -69,15 +79,27 @@ def _thumbprint(jwk: dict[str, Any]) -> str:
     return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
+def _key_files() -> list[Path]:
+    configured = [Path(p) for p in settings.OIDC_SIGNING_KEY_FILES]
+    if configured:
+        return configured
+    if settings.PRODUCTION:
+        # A key generated under var/ would differ between replicas (a token signed by one is refused
+        # by the next) and silently change whenever var/ is lost, so production never generates one.
+        raise ImproperlyConfigured(
+            "OIDC_SIGNING_KEY_FILES must be set when SVC_ENV=production: comma-separated paths of PEM "
+            "private keys (EC P-256 or RSA), the same files on every replica; see docs/sandboxes.md."
+        )
+    generated = Path(settings.OIDC_GENERATED_KEY_FILE)
+    if not generated.exists():
+        _generate_key_file(generated)
+    return [generated]
+
+
 @cache
 def signing_keys() -> tuple[SigningKey, ...]:
-    files = [Path(p) for p in settings.OIDC_SIGNING_KEY_FILES]
-    if not files:
-        generated = Path(settings.OIDC_GENERATED_KEY_FILE)
-        if not generated.exists():
-            _generate_key_file(generated)
-        files = [generated]
-    return tuple(_load_key(path) for path in files)
+    """The configured keys, first one signing. Read once per process: a rotation takes a restart."""
+    return tuple(_load_key(path) for path in _key_files())
 
 
 def jwks() -> dict[str, Any]:
@@ -119,8 +141,16 @@ class IdentityTokenError(Exception):
 
 
 @cache
-def _remote_jwks_client(jwks_uri: str) -> jwt.PyJWKClient:
-    return jwt.PyJWKClient(jwks_uri, cache_keys=True, lifespan=300, timeout=5)
+def _remote_jwks_client(jwks_uri: str, lifespan: float) -> jwt.PyJWKClient:
+    # Only the whole key set is cached, for ``lifespan``: PyJWKClient's per-kid cache never expires,
+    # so a key the issuer removed would stay trusted in this process until it restarts. An unknown
+    # kid refetches the set at most once per cooldown, so forged kids cannot make us hammer the issuer.
+    return jwt.PyJWKClient(jwks_uri, cache_keys=False, cache_jwk_set=True, lifespan=lifespan, timeout=5)
+
+
+def _trusted_jwks_cache_seconds() -> float:
+    # Read with a default so the bound applies even where the setting is not declared.
+    return float(getattr(settings, "OIDC_TRUSTED_JWKS_CACHE_SECONDS", DEFAULT_TRUSTED_JWKS_CACHE_SECONDS))
 
 
 def _trusted_issuers() -> dict[str, dict[str, str]]:
@@ -151,12 +181,19 @@ def verify_identity_token(token: str) -> dict[str, Any]:
         verification_key: Any = key.private_key.public_key()
         expected_alg = key.algorithm
     else:
+        client = _remote_jwks_client(trusted["jwksUri"], _trusted_jwks_cache_seconds())
         try:
-            signing = _remote_jwks_client(trusted["jwksUri"]).get_signing_key_from_jwt(token)
+            signing = client.get_signing_key_from_jwt(token)
+        except jwt.PyJWKClientConnectionError as exc:
+            raise IdentityTokenError("the issuer's keys could not be fetched") from exc
         except jwt.PyJWTError as exc:
             raise IdentityTokenError("unknown key id") from exc
+        # The key decides the algorithm, not the token's header: a header naming another algorithm
+        # than the published key's is refused rather than tried.
+        expected_alg = signing.algorithm_name
+        if expected_alg != algorithm:
+            raise IdentityTokenError(f"alg {algorithm!r} does not match the issuer's key")
         verification_key = signing.key
-        expected_alg = algorithm
     try:
         return jwt.decode(
             token,
@@ -200,3 +237,22 @@ def resolve_subject(claims: dict[str, Any]) -> ExchangeSubject | None:
         if subject is not None:
             return subject
     return None
+
+
+def _forget_keys(*, setting: str, **kwargs: Any) -> None:
+    # Keys and remote key sets are cached per process; a changed setting (an override in tests) must
+    # not keep serving the old ones.
+    if setting in {"OIDC_SIGNING_KEY_FILES", "OIDC_GENERATED_KEY_FILE", "PRODUCTION"}:
+        signing_keys.cache_clear()
+    if setting in {"OIDC_TRUSTED_ISSUERS", "OIDC_TRUSTED_JWKS_CACHE_SECONDS"}:
+        _remote_jwks_client.cache_clear()
+
+
+setting_changed.connect(_forget_keys, dispatch_uid="accounts.oidc.forget_keys")
+
+if settings.configured and settings.PRODUCTION:
+    # Every process imports this module while Django starts (the sandboxes app registers its subject
+    # resolver), so a missing or unreadable production key stops the start, as a missing SECRET_KEY
+    # does, instead of failing the first sandbox create. (Imported before settings exist, by a script,
+    # the same check runs at first use.)
+    signing_keys()

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from accounts import oidc
 from accounts.models import ApiToken, Organization
-from accounts.services import IssuedToken, exchange_identity_token, issue_sandbox_token
+from accounts.services import IssuedToken, exchange_identity_token, issue_sandbox_token, revoke_token
 from audit.models import EventType
 from audit.services import record_event
 from sandboxes.daemon_client import DaemonError
@@ -132,16 +132,17 @@ def refresh(sandbox: Sandbox) -> bool:
     try:
         _push(sandbox, issued)
     except Exception as exc:
-        # The new token never reached the sandbox: revoke it so only one live credential exists.
-        issued.token.revoked_at = timezone.now()
-        issued.token.save(update_fields=["revoked_at"])
+        # The new token never reached the sandbox: revoke it so only one live credential exists. The
+        # old one stays in place and valid until its own expiry; the error keeps the sandbox due, so
+        # every following run retries until a push succeeds and clears it.
+        revoke_token(token=issued.token)
         message = f"credential refresh failed: {exc}"
         Sandbox.objects.filter(pk=sandbox.pk).update(credentials_error=message[:2000])
         record_event(
             organization=sandbox.organization,
             event_type=EventType.CREDENTIALS_REFRESH_FAILED,
             sandbox_id=sandbox.pk,
-            data={"error": str(exc)[:2000]},
+            data={"error": str(exc)[:2000], "revokedTokenPrefix": issued.token.prefix},
         )
         logger.warning("sandbox %s: %s", sandbox.pk, message)
         return False

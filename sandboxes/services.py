@@ -12,7 +12,7 @@ import logging
 import secrets
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -309,15 +309,34 @@ def _pool_member_unhealthy(runtime: SandboxRuntime, info: SandboxInfo) -> bool:
 
 
 def reap_idle() -> list[str]:
-    """Destroy sandboxes idle longer than SANDBOX_IDLE_SECONDS. Safe to run concurrently: each destroy
-    takes the sandbox's row lock and only the first one acts."""
+    """Destroy sandboxes idle longer than SANDBOX_IDLE_SECONDS. Safe to run concurrently (two beat
+    instances, or a slow run overlapping the next): each sandbox is destroyed once, by whichever run
+    locks it first, and only if it is still idle under that lock."""
     cutoff = timezone.now() - timedelta(seconds=settings.SANDBOX_IDLE_SECONDS)
-    reaped = []
-    for sandbox in Sandbox.objects.filter(status=SandboxStatus.RUNNING, last_activity_at__lt=cutoff):
-        if destroy_sandbox(
+    candidates = list(
+        Sandbox.objects.filter(status=SandboxStatus.RUNNING, last_activity_at__lt=cutoff).values_list("pk", flat=True)
+    )
+    return [sandbox_id for sandbox_id in candidates if _reap_if_still_idle(sandbox_id, cutoff)]
+
+
+def _reap_if_still_idle(sandbox_id: str, cutoff: datetime) -> bool:
+    # The candidates were read without a lock, and destroying the ones before this took time: an exec
+    # may have started here since. Its activity write (record_activity) updates this row, so idleness
+    # is decided again under the row lock, and the destroy happens inside the same transaction
+    # (destroy_sandbox's own lock is then already held): no activity can land between the check and
+    # the status change. On SQLite the IMMEDIATE transaction gives the same exclusion. The price is
+    # that the lock is held through the runtime cleanup (about 0.1 s), which only delays writes to a
+    # sandbox that is being destroyed anyway (on SQLite, every write for that long).
+    with transaction.atomic():
+        sandbox = (
+            Sandbox.objects.select_for_update()
+            .filter(pk=sandbox_id, status=SandboxStatus.RUNNING, last_activity_at__lt=cutoff)
+            .first()
+        )
+        if sandbox is None:
+            return False  # active again, or already destroyed by someone else
+        return destroy_sandbox(
             sandbox=sandbox,
             reason=DestroyReason.INACTIVITY,
             detail=f"idle since {sandbox.last_activity_at.isoformat()}",
-        ):
-            reaped.append(sandbox.pk)
-    return reaped
+        )

@@ -13,7 +13,7 @@ import pytest
 
 from accounts.models import Organization
 from audit.models import AuditEvent, EventType
-from sandboxes.models import Sandbox, SandboxStatus
+from sandboxes.models import ACTIVE_STATUSES, Sandbox, SandboxStatus
 from sandboxes.runtime import get_runtime
 from tests.conftest import Actor
 from tests.live import CeleryProcess, LiveServer, start_celery, start_live_server, stop_live_server, stop_process
@@ -22,8 +22,10 @@ from tests.sandboxes.conftest import exec_lines, stdout_of, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Short lives so the jobs act within seconds: tokens live 8 s and are renewed with 5 s left; sandboxes
-# idle for 4 s are reaped; long operations refresh activity every second.
+# idle for 4 s are reaped; long operations refresh activity every second. Two sandboxes per
+# organization, so whether a reaped sandbox's slot is free shows in whether a create succeeds.
 FAST = {
+    "SANDBOX_MAX_PER_ORG": "2",
     "SANDBOX_API_TOKEN_SECONDS": "8",
     "SANDBOX_CREDENTIALS_MARGIN_SECONDS": "5",
     "SANDBOX_CREDENTIALS_REFRESH_SECONDS": "1",
@@ -39,6 +41,7 @@ class Stack:
     worker: CeleryProcess
     beat: CeleryProcess
     client: httpx.Client
+    organization_id: str
 
     def logs(self) -> str:
         return f"--- server\n{self.server.log()[-3000:]}\n--- worker\n{self.worker.log()[-3000:]}\n--- beat\n{self.beat.log()[-2000:]}"
@@ -53,7 +56,7 @@ def stack(owner: Actor) -> Iterator[Stack]:
     beat = start_celery("beat", env)
     client = httpx.Client(base_url=server.url, headers=owner.auth, timeout=60)
     try:
-        yield Stack(server, worker, beat, client)
+        yield Stack(server, worker, beat, client, owner.organization.pk)
     finally:
         client.close()
         stop_process(beat.process)
@@ -91,6 +94,8 @@ def test_idle_sandboxes_are_reaped_and_busy_ones_are_not(stack: Stack) -> None:
     busy = client.post("/api/v1/sandboxes").json()["id"]
     home = get_runtime().inspect(idle)
     assert home is not None
+    full = client.post("/api/v1/sandboxes")
+    assert full.status_code == 409 and full.json()["error"]["code"] == "sandbox_limit_reached"
     started = time.monotonic()
     # A single exec that runs well past the idle limit: it counts as activity while it runs.
     lines = exec_lines(client, busy, "sleep 9; echo still-here")
@@ -108,5 +113,8 @@ def test_idle_sandboxes_are_reaped_and_busy_ones_are_not(stack: Stack) -> None:
     assert get_runtime().inspect(idle) is None, "processes and directory are gone"
     event = AuditEvent.objects.get(sandbox_id=idle, event_type=EventType.SANDBOX_DESTROY)
     assert event.data["reason"] == "inactivity"
-    # The slot is free at once.
-    assert Sandbox.objects.filter(status__in=["creating", "running"]).count() <= 1
+    # The slot is free at once: the organization holds only the busy sandbox, and may create again.
+    active = Sandbox.objects.filter(organization_id=stack.organization_id, status__in=ACTIVE_STATUSES)
+    assert list(active.values_list("pk", flat=True)) == [busy]
+    again = client.post("/api/v1/sandboxes")
+    assert again.status_code == 201, again.text

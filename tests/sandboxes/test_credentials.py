@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
 
-from accounts.models import ApiToken
+from accounts.models import ApiToken, hash_token
 from audit.models import AuditEvent, EventType
 from sandboxes.models import Sandbox
 from tests.sandboxes.conftest import exec_lines, stdout_of
@@ -86,3 +87,47 @@ def test_without_network_the_control_plane_exchanges_for_the_sandbox(enabled: ob
                 client.delete(f"/api/v1/sandboxes/{sandbox_id}")
     finally:
         stop_live_server(server)
+
+
+def test_a_failed_refresh_is_visible_revoked_and_retried_until_it_succeeds(
+    api: httpx.Client, sandbox_id: str, settings: Any
+) -> None:
+    from sandboxes import tasks
+
+    original = json.loads(stdout_of(exec_lines(api, sandbox_id, "cat ~/.svc.config")))["token"]
+    # The sandbox's own user makes its home unwritable: the daemon (the same unprivileged user) can no
+    # longer install ~/.svc.config, so the push of a renewed token fails for a real reason.
+    assert exec_lines(api, sandbox_id, "chmod a-w ~")[-1] == {"type": "done", "exitCode": 0}
+    # Every token is due: it expires within the margin.
+    settings.SANDBOX_CREDENTIALS_MARGIN_SECONDS = settings.SANDBOX_API_TOKEN_SECONDS + 60
+
+    assert tasks.refresh_credentials() == {sandbox_id: False}
+
+    failed = AuditEvent.objects.get(sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_REFRESH_FAILED)
+    assert "Permission denied" in failed.data["error"]
+    revoked = ApiToken.objects.get(sandbox_id=sandbox_id, prefix=failed.data["revokedTokenPrefix"])
+    assert revoked.revoked_at is not None, "the token that never reached the sandbox is not left alive"
+    assert list(
+        ApiToken.objects.filter(sandbox_id=sandbox_id, revoked_at__isnull=True).values_list("token_hash", flat=True)
+    ) == [hash_token(original)], "the installed token is the only live one"
+    error = api.get(f"/api/v1/sandboxes/{sandbox_id}").json()["credentials"]["error"]
+    assert error and error.startswith("credential refresh failed") and "Permission denied" in error
+    # The sandbox keeps working with what it has.
+    assert json.loads(stdout_of(exec_lines(api, sandbox_id, "cat ~/.svc.config")))["token"] == original
+    assert api.get("/api/v1/me", headers={"Authorization": f"Bearer {original}"}).status_code == 200
+
+    # With the usual margin the token is not due by its expiry any more: only the recorded failure
+    # keeps the sandbox in the next run, which succeeds once the home is writable again.
+    settings.SANDBOX_CREDENTIALS_MARGIN_SECONDS = 600
+    assert exec_lines(api, sandbox_id, "chmod u+w ~")[-1] == {"type": "done", "exitCode": 0}
+    assert tasks.refresh_credentials() == {sandbox_id: True}
+
+    assert api.get(f"/api/v1/sandboxes/{sandbox_id}").json()["credentials"]["error"] is None
+    renewed = json.loads(stdout_of(exec_lines(api, sandbox_id, "cat ~/.svc.config")))["token"]
+    assert renewed != original
+    assert stdout_of(exec_lines(api, sandbox_id, "printf %s $SVC_API_KEY")) == renewed
+    assert api.get("/api/v1/me", headers={"Authorization": f"Bearer {renewed}"}).status_code == 200
+    refreshed = AuditEvent.objects.filter(sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED)
+    assert refreshed.filter(data__via="refresh").count() == 1
+    # Healthy again: nothing is due until the new token nears its expiry.
+    assert tasks.refresh_credentials() == {}
