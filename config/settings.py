@@ -258,6 +258,12 @@ LOGGING = {
 # OIDC: this service issues identity tokens to its own sandboxes (local runtime) and publishes the keys.
 # Signing keys are PEM files, the first one signs; list several to rotate (all are published in the JWKS).
 OIDC_SIGNING_KEY_FILES = env_list("OIDC_SIGNING_KEY_FILES", [])
+if PRODUCTION and not OIDC_SIGNING_KEY_FILES:
+    # A generated key would differ between replicas (and vanish with a container's disk).
+    raise ImproperlyConfigured("OIDC_SIGNING_KEY_FILES must be set when SVC_ENV=production.")
+# How long keys fetched from a trusted issuer's JWKS are kept before they are fetched again (a key
+# the issuer withdraws stops being accepted within this bound).
+OIDC_TRUSTED_JWKS_CACHE_SECONDS = env_int("OIDC_TRUSTED_JWKS_CACHE_SECONDS", 300, minimum=1)
 OIDC_GENERATED_KEY_FILE = VAR_DIR / "oidc" / "signing-key.pem"
 OIDC_ISSUER = (env_str("OIDC_ISSUER") or BASE_URL).rstrip("/")
 OIDC_AUDIENCE = env_str("OIDC_AUDIENCE", "svc") or "svc"

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from cryptography.fernet import Fernet
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,9 +34,14 @@ def _load_settings(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[st
 
 def test_production_starts_with_secrets_from_the_environment(tmp_path: Path) -> None:
     keys = f"{Fernet.generate_key().decode()},{Fernet.generate_key().decode()}"
-    loaded = _load_settings(
-        tmp_path, SVC_ENV="production", SECRET_KEY="s" * 50, ENCRYPTION_KEYS=keys, ALLOWED_HOSTS="svc.example"
+    signing_key = tmp_path / "signing.pem"
+    signing_key.write_bytes(
+        ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     )
+    secrets = {"SECRET_KEY": "s" * 50, "ENCRYPTION_KEYS": keys, "OIDC_SIGNING_KEY_FILES": str(signing_key)}
+    loaded = _load_settings(tmp_path, SVC_ENV="production", ALLOWED_HOSTS="svc.example", **secrets)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == "False"
     assert not (tmp_path / "encryption_key").exists() and not (tmp_path / "secret_key").exists()
@@ -47,6 +54,10 @@ def test_production_refuses_missing_or_bad_secrets(tmp_path: Path) -> None:
     assert no_secret.returncode != 0 and "SECRET_KEY must be set" in no_secret.stderr
     bad_key = _load_settings(tmp_path, SVC_ENV="production", SECRET_KEY="s" * 50, ENCRYPTION_KEYS="not-a-key")
     assert bad_key.returncode != 0 and "must be Fernet keys" in bad_key.stderr
+    no_signing_key = _load_settings(
+        tmp_path, SVC_ENV="production", SECRET_KEY="s" * 50, ENCRYPTION_KEYS=Fernet.generate_key().decode()
+    )
+    assert no_signing_key.returncode != 0 and "OIDC_SIGNING_KEY_FILES must be set" in no_signing_key.stderr
 
 
 def test_development_generates_local_secrets_once(tmp_path: Path) -> None:
