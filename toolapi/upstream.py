@@ -34,6 +34,7 @@ import mcp_types as types
 from django.conf import settings
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -47,6 +48,12 @@ ListChangedCallback = Callable[[str], None]
 MAX_LIST_PAGES = 1000
 # JSON-RPC "connection closed": the session is gone, a new one is needed.
 CONNECTION_CLOSED = -32000
+# The streamable-HTTP header naming the session (handshake era; 2026-07-28 requests carry none).
+SESSION_ID_HEADER = "mcp-session-id"
+# A lost list-change stream is reopened after this long, doubling up to the maximum, so an upstream
+# that is down is not hammered while one that restarted is heard again within seconds.
+LISTEN_RETRY_SECONDS = 1.0
+LISTEN_RETRY_MAX_SECONDS = 30.0
 
 
 class UpstreamError(Exception):
@@ -96,10 +103,13 @@ class _Connection:
     error: BaseException | None = None
     last_used: float = field(default_factory=time.monotonic)
     task: asyncio.Task[None] | None = None
+    # The upstream answered 404 to this session's id: it no longer knows the session (restarted, or
+    # expired it), so the session is useless however healthy its task looks.
+    forgotten: bool = False
 
     @property
     def alive(self) -> bool:
-        return self.client is not None and self.task is not None and not self.task.done()
+        return self.client is not None and self.task is not None and not self.task.done() and not self.forgotten
 
 
 class UpstreamHub:
@@ -211,11 +221,23 @@ class UpstreamHub:
             if isinstance(message, types.ToolListChangedNotification):
                 self._notify_changed(server_id)
 
+        async def on_response(response: httpx2.Response) -> None:
+            # Streamable HTTP: a 404 to a request carrying the session id means the server no longer
+            # knows the session and did not process the request; a new session is needed. The SDK
+            # reports it as an ordinary error, so without this the dead session would be kept and
+            # every call would fail. A restarted upstream may also have changed its tools while
+            # nobody was listening, so they are rediscovered.
+            if response.status_code == 404 and SESSION_ID_HEADER in response.request.headers and not conn.forgotten:
+                conn.forgotten = True
+                logger.info("upstream %s (%s) forgot our session; opening a new one", server_id, target.url)
+                self._notify_changed(server_id)
+
         try:
             # No read timeout on the socket: a call may legitimately stream for minutes, and every
             # operation is bounded by the server's own timeout instead (see _with_session).
             timeout = httpx2.Timeout(self.connect_timeout, read=None)
             async with create_mcp_http_client(headers=dict(target.headers), timeout=timeout) as http:
+                http.event_hooks["response"].append(on_response)
                 transport = streamable_http_client(target.url, http_client=http)
                 async with Client(transport, message_handler=on_message, cache=None) as client:
                     conn.client = client
@@ -237,14 +259,43 @@ class UpstreamHub:
                 del self._connections[target.key]
 
     async def _watch_list_changes(self, client: Client, server_id: str) -> None:
-        # Servers speaking 2026-07-28 announce list changes on a listen stream; older ones send the
-        # notification on the session itself (handled in on_message). Either way it is optional.
-        try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for _event in subscription:
-                    self._notify_changed(server_id)
-        except Exception as exc:
-            logger.debug("no list-change stream from %s: %s", server_id, _describe(exc))
+        """Follow a 2026-07-28 server's list changes for as long as the session lives.
+
+        Older servers send the notification on the session itself (handled in on_message), and a
+        server may not offer change streams at all. A stream that ends (upstream restarted, network
+        blip) is opened again with backoff, and the tools are then refetched: changes made while it
+        was down were announced to nobody. Without that, a session outliving an upstream restart
+        would keep working for calls but never hear of a change again.
+        """
+        delay = LISTEN_RETRY_SECONDS
+        reopening = False
+        while True:
+            opened_at: float | None = None
+            try:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    if not subscription.honored.tools_list_changed:
+                        return
+                    opened_at = time.monotonic()
+                    if reopening:
+                        self._notify_changed(server_id)
+                    async for _event in subscription:
+                        self._notify_changed(server_id)
+            except ListenNotSupportedError:
+                return
+            except MCPError as exc:
+                if exc.code == types.METHOD_NOT_FOUND:
+                    logger.debug("no list-change stream from %s: %s", server_id, _describe(exc))
+                    return
+                logger.debug("list-change stream from %s ended: %s", server_id, _describe(exc))
+            except Exception as exc:
+                logger.debug("list-change stream from %s ended: %s", server_id, _describe(exc))
+            # Only a stream that stayed up a while resets the backoff: one the server keeps closing
+            # right after opening it must not cost a rediscovery every second.
+            if opened_at is not None and time.monotonic() - opened_at > LISTEN_RETRY_MAX_SECONDS:
+                delay = LISTEN_RETRY_SECONDS
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LISTEN_RETRY_MAX_SECONDS)
+            reopening = True
 
     def _notify_changed(self, server_id: str) -> None:
         callback = self.on_list_changed
@@ -255,7 +306,10 @@ class UpstreamHub:
 
     async def _session(self, target: UpstreamTarget) -> tuple[_Connection, Client]:
         conn = self._connections.get(target.key)
-        if conn is None or (conn.ready.is_set() and not conn.alive):
+        if conn is not None and conn.ready.is_set() and not conn.alive:
+            self._drop(target.key, conn)  # a forgotten session's task still runs: end it
+            conn = None
+        if conn is None:
             conn = _Connection(target=target)
             self._connections[target.key] = conn
             # A fresh context: the session outlives the request that happened to open it.
@@ -299,8 +353,9 @@ class UpstreamHub:
                 raise UpstreamTimeout(f"The upstream did not answer within {target.timeout:g} s.") from exc
             except MCPError as exc:
                 if exc.code == CONNECTION_CLOSED or not conn.alive:
-                    # A pooled session that died since its last use (upstream restarted): the request
-                    # never reached a live server, so one retry on a fresh session is safe.
+                    # A pooled session that died or was forgotten since its last use (upstream
+                    # restarted): the request never reached a live session, so one retry on a fresh
+                    # session is safe.
                     self._drop(target.key, conn)
                     if attempt == 1:
                         continue

@@ -5,7 +5,8 @@ in $defs, arrays of objects, Optional as anyOf, a discriminated union as oneOf),
 raises, a slow tool reporting progress and noticing cancellation, and one returning an image with
 structured content. ``beta`` is a low-level Server with hand-written schemas, cursor pagination of its
 tool list, an ``add`` tool (same name as alpha's) and a ``Customer`` definition that differs from
-alpha's.
+alpha's. ``gamma`` is a low-level Server whose tool list grows while clients are connected and which
+announces the change, in either protocol era.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import mcp_types as types
 import uvicorn
 from mcp.server import MCPServer, Server
 from mcp.server.mcpserver import Context
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent, ToolsListChanged
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field
 
 # The SDK logs every request at INFO through rich; tests only need warnings.
@@ -59,8 +62,11 @@ class Upstream:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
         self.server.should_exit = True
+        # A graceful stop waits for open connections, and a client's standing change stream (the
+        # handshake era's GET stream, a listen stream) stays open as long as its session does.
+        self.server.force_exit = force
         self.thread.join(timeout=10)
 
     def wait_for_event(self, event: str, timeout: float = 10.0) -> bool:
@@ -285,3 +291,147 @@ def start_beta(state: BetaState | None = None) -> tuple[Upstream, BetaState]:
 def restart(upstream: Upstream, factory: Callable[[], Any]) -> Upstream:
     """Serve a fresh app on the same port (an upstream that went down and came back)."""
     return serve(upstream.name, factory(), holder=upstream, port=upstream.port)
+
+
+# -- gamma: a tool list that changes while clients are connected -------------------------------------
+
+GAMMA_ECHO = types.Tool(
+    name="echo",
+    description="Echo a text.",
+    input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+)
+GAMMA_SHOUT = types.Tool(
+    name="shout",
+    description="Echo a text in capitals (added while running).",
+    input_schema={"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+)
+
+
+class _CountingBus(InMemorySubscriptionBus):
+    """The in-process bus, counting open `subscriptions/listen` streams so tests can wait for one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listening = 0
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        unsubscribe = super().subscribe(listener)
+        self.listening += 1
+        done = False
+
+        def counted() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self.listening -= 1
+            unsubscribe()
+
+        return counted
+
+
+@dataclass
+class GammaState:
+    """A server whose tool list grows at run time, announcing it the way its protocol era does.
+
+    ``handshake_only`` refuses ``server/discover``, as servers of the initialize-handshake era do, so
+    clients fall back to that era; changes are then announced as ``notifications/tools/list_changed``
+    on each session's standalone stream. Otherwise clients speak 2026-07-28 and changes go to their
+    ``subscriptions/listen`` streams.
+    """
+
+    handshake_only: bool
+    tools: list[types.Tool] = field(default_factory=lambda: [GAMMA_ECHO])
+    bus: _CountingBus = field(default_factory=_CountingBus)
+    loop: asyncio.AbstractEventLoop | None = None
+    # Handshake-era sessions that have listed tools: the ones a change is announced to.
+    sessions: list[Any] = field(default_factory=list)
+    # Standalone (GET) streams open right now: a notification sent while none is open is lost.
+    standalone_streams: int = 0
+    # The protocol version of every tools/list served, so tests can check which era they exercised.
+    listed_with: list[str] = field(default_factory=list)
+
+    @property
+    def listening(self) -> int:
+        return self.standalone_streams if self.handshake_only else self.bus.listening
+
+    def add_tool_and_announce(self, tool: types.Tool) -> None:
+        """Called from the test's thread: change the list, then notify on the server's own loop."""
+        assert self.loop is not None, "nobody has connected yet"
+        self.tools.append(tool)
+
+        async def announce() -> None:
+            if self.handshake_only:
+                for session in self.sessions:
+                    await session.send_tool_list_changed()
+            else:
+                await self.bus.publish(ToolsListChanged())
+
+        asyncio.run_coroutine_threadsafe(announce(), self.loop).result(timeout=5)
+
+
+class _CountStandaloneStreams:
+    """Counts GET requests answered with a stream (the handshake era's server-to-client channel)."""
+
+    def __init__(self, app: Any, state: GammaState) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        opened = False
+
+        async def watch(message: Any) -> None:
+            nonlocal opened
+            if message["type"] == "http.response.start" and message["status"] == 200:
+                opened = True
+                self.state.standalone_streams += 1
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            if opened:
+                self.state.standalone_streams -= 1
+
+
+def build_gamma(state: GammaState) -> Server[Any]:
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        state.loop = asyncio.get_running_loop()
+        state.listed_with.append(ctx.protocol_version)
+        if state.handshake_only and ctx.session not in state.sessions:
+            state.sessions.append(ctx.session)
+        return types.ListToolsResult(tools=list(state.tools))
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        text = str((params.arguments or {}).get("text", ""))
+        known = {tool.name for tool in state.tools}
+        if params.name not in known:
+            return types.CallToolResult(content=[types.TextContent(text=f"unknown tool {params.name}")], is_error=True)
+        return types.CallToolResult(content=[types.TextContent(text=text.upper() if params.name == "shout" else text)])
+
+    server: Server[Any] = Server(
+        "gamma", on_list_tools=list_tools, on_call_tool=call_tool, on_subscriptions_listen=ListenHandler(state.bus)
+    )
+    if state.handshake_only:
+
+        async def no_discover(ctx: Any, params: types.RequestParams) -> types.DiscoverResult:
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
+
+        server.add_request_handler("server/discover", types.RequestParams, no_discover)
+    return server
+
+
+def _gamma_app(state: GammaState) -> Any:
+    return _CountStandaloneStreams(build_gamma(state).streamable_http_app(), state)
+
+
+def start_gamma(*, handshake_only: bool) -> tuple[Upstream, GammaState]:
+    state = GammaState(handshake_only=handshake_only)
+    return serve("gamma", _gamma_app(state)), state
+
+
+def restart_gamma(upstream: Upstream, state: GammaState) -> Upstream:
+    """Serve gamma again on its port, with whatever tools ``state`` holds now (sessions start anew)."""
+    state.sessions.clear()
+    return restart(upstream, lambda: _gamma_app(state))
