@@ -62,3 +62,21 @@ def test_lists_use_a_constant_number_of_queries(owner: Actor, teammate: Actor, t
     assert large["skills"] <= 12, large
     # Everything was visible to the teammate (shared), so the lists really held 30 skills.
     assert len(client.get("/api/v1/skills?limit=200").json()["results"]) == 30
+
+
+def test_an_update_uses_a_constant_number_of_queries(owner: Actor, teammate: Actor, team: Team) -> None:
+    client: Client = teammate.client()
+    client.get("/api/v1/me")
+    _populate(owner, teammate, team, 1)
+    # skill-0 is organization-visible in the collection the teammate maintains: theirs to edit.
+    target = Skill.objects.get(organization=owner.organization, name="skill-0")
+    rounds = iter(range(1000))
+
+    def put() -> object:
+        markdown = f"---\nname: skill-0\ndescription: Round {next(rounds)}.\n---\n\n# Steps\n\nDo it.\n"
+        return client.put(f"/api/v1/skills/{target.pk}", {"markdown": markdown}, content_type="application/json")
+
+    put()  # the first request warms per-process caches
+    small = _count(put)
+    _populate(owner, teammate, team, 30)
+    assert _count(put) == small
