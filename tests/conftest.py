@@ -78,7 +78,7 @@ def anon() -> Client:
 
 @pytest.fixture
 def live(transactional_db: Any) -> Any:
-    """A daphne process serving the app on a free loopback port (see tests/live.py)."""
+    """A uvicorn process (as `make run` serves the app) on a free loopback port (see tests/live.py)."""
     from tests.live import live_server_fixture
 
     yield from live_server_fixture()

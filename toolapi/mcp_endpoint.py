@@ -168,8 +168,10 @@ class McpEndpoint:
     """ASGI app for /api/mcp: bearer auth, then the SDK's stateless streamable-HTTP handler.
 
     The SDK's session manager must be running (its ``run()`` context) before it serves requests, and
-    is normally started from an ASGI lifespan event. daphne sends none, so the manager is started on
-    the first request, in a background task of the serving event loop that lives as long as the loop.
+    is normally started from an ASGI lifespan event. The service runs under uvicorn with
+    ``--lifespan off``, so no such event arrives (nor under a server without lifespan support): the
+    manager is started on the first request, in a background task of the serving event loop that lives
+    as long as the loop.
     """
 
     def __init__(self) -> None:

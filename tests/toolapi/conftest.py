@@ -1,8 +1,8 @@
 """Fixtures: real upstream MCP servers (threads of the test process), server registration through the
-API, and a live daphne process for streaming, cancellation and the /api/mcp endpoint.
+API, and a live uvicorn process for streaming, cancellation and the /api/mcp endpoint.
 
 The upstreams run in the test process, so tests can watch them react (headers received, a slow tool
-noticing cancellation) to calls made by the daphne process.
+noticing cancellation) to calls made by the uvicorn process.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def sandbox_actor(owner: Actor) -> Actor:
 
 @pytest.fixture
 def live_app(transactional_db: Any) -> Iterator[LiveServer]:
-    """daphne serving config.asgi.application in a subprocess, with 1 s keepalives."""
+    """uvicorn serving config.asgi.application in a subprocess (as `make run` does), with 1 s keepalives."""
     server = start_live_server(extra_env={"TOOLAPI_KEEPALIVE_SECONDS": "1"})
     try:
         yield server

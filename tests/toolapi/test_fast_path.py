@@ -1,6 +1,6 @@
 """The tool HTTP API served from ASGI in front of Django (toolapi/asgi.py).
 
-Its routes must be the URLconf's, it must account for every middleware, and over a live daphne it
+Its routes must be the URLconf's, it must account for every middleware, and over a live uvicorn it
 must answer exactly what Django's own request cycle answers (the Django test client goes through
 that cycle): statuses, error bodies, headers. Plus the fast path's own duties: the short-lived caches
 honour revocations and catalog changes, and calls are still audited.
@@ -161,7 +161,7 @@ def test_requests_django_would_refuse_are_handed_to_django_with_their_body(setti
     assert django.handled[-1] == ("/api/v1/me", b"{}")
 
 
-# -- over a live daphne, compared with Django's own cycle -------------------------------------------
+# -- over a live uvicorn, compared with Django's own cycle ------------------------------------------
 
 
 def _django(actor_token: str | None, method: str, path: str, body: bytes, content_type: str | None) -> Any:

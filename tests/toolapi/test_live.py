@@ -1,4 +1,4 @@
-"""Against a live daphne: SSE framing, cancellation on disconnect, and the aggregated MCP endpoint."""
+"""Against a live uvicorn: SSE framing, cancellation on disconnect, and the aggregated MCP endpoint."""
 
 from __future__ import annotations
 
