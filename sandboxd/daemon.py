@@ -18,6 +18,7 @@ import contextlib
 import errno
 import fcntl
 import hmac
+import io
 import json
 import os
 import re
@@ -51,7 +52,7 @@ from sandboxd.protocol import (
 # typing costs start-up time inside every sandbox and only the type checker needs it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO
+    from typing import Any
 
 
 def log(message: str) -> None:
@@ -190,20 +191,44 @@ class Connection:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.rfile: BinaryIO = sock.makefile("rb", buffering=CHUNK_SIZE)  # type: ignore[assignment]
+        self.rfile: io.BufferedReader = sock.makefile("rb", buffering=CHUNK_SIZE)  # type: ignore[assignment]
         self.send_lock = threading.Lock()
 
     def read_frame(self) -> tuple[int, bytes] | None:
+        header = self._header()
+        if header is None:
+            return None
+        kind, length = header
+        payload = self.rfile.read(length) if length else b""
+        if len(payload) < length:
+            raise ProtocolError("connection closed inside a frame")
+        return kind, payload
+
+    def read_frame_into(self, buffer: bytearray) -> tuple[int, memoryview] | None:
+        """Like read_frame, with the payload read straight into ``buffer`` (grown when needed), and
+        valid until the next call: a stream of large data frames is then copied once, not twice."""
+        header = self._header()
+        if header is None:
+            return None
+        kind, length = header
+        if length > len(buffer):
+            buffer.extend(bytes(length - len(buffer)))
+        view = memoryview(buffer)[:length]
+        filled = 0
+        while filled < length:
+            got = self.rfile.readinto(view[filled:])
+            if not got:
+                raise ProtocolError("connection closed inside a frame")
+            filled += got
+        return kind, view
+
+    def _header(self) -> tuple[int, int] | None:
         header = self.rfile.read(HEADER_SIZE)
         if not header:
             return None
         if len(header) < HEADER_SIZE:
             raise ProtocolError("connection closed inside a frame header")
-        kind, length = parse_header(header)
-        payload = self.rfile.read(length) if length else b""
-        if len(payload) < length:
-            raise ProtocolError("connection closed inside a frame")
-        return kind, payload
+        return parse_header(header)
 
     def send_data(self, kind: int, data: bytes) -> None:
         header = HEADER.pack(kind, len(data))
@@ -906,8 +931,9 @@ class Daemon:
         try:
             conn.send({"type": "ready"})
             size = 0
+            buffer = bytearray(CHUNK_SIZE)
             while True:
-                item = conn.read_frame()
+                item = conn.read_frame_into(buffer)
                 if item is None:
                     raise ClientGone
                 kind, payload = item
@@ -917,7 +943,7 @@ class Daemon:
                     except OSError as exc:
                         raise _errno_error(exc, path) from exc
                     size += len(payload)
-                elif kind == Kind.JSON and decode_json(payload).get("type") == "end":
+                elif kind == Kind.JSON and decode_json(bytes(payload)).get("type") == "end":
                     break
                 else:
                     raise RequestError(ErrorCode.BAD_REQUEST, "expected data frames and then an end message")
@@ -938,7 +964,7 @@ class Daemon:
                     os.unlink(tmp)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         try:

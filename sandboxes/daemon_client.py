@@ -47,6 +47,7 @@ __all__ = [
 RECV_BUFFER = 2 * CHUNK_SIZE + HEADER.size
 # Below this, header and payload go out in one send; above, two sends beat copying the payload.
 SMALL_FRAME = 64 * 1024
+SEND_BUFFER = 4 * 1024 * 1024
 
 
 class DaemonError(Exception):
@@ -338,6 +339,11 @@ class DaemonClient:
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
+        # A deep send queue lets this side keep relaying (an upload, say) while the daemon is busy
+        # writing what it already has, instead of the two taking turns. The kernel caps the value
+        # (net.core.wmem_max) and only commits memory for what is actually queued.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         try:
             async with asyncio.timeout(self.connect_timeout):
                 await loop.sock_connect(sock, target)
