@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
@@ -149,7 +150,9 @@ async def _heartbeat(sandbox_id: str) -> None:
 
 
 def _line(payload: dict[str, Any]) -> bytes:
-    return json.dumps(payload, ensure_ascii=False).encode() + b"\n"
+    # orjson: escaping a megabyte of output is most of what relaying it costs, and orjson does it
+    # several times faster than the standard library, straight to UTF-8 bytes.
+    return orjson.dumps(payload, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _parse_json(request: HttpRequest) -> dict[str, Any]:
