@@ -21,6 +21,7 @@ import hmac
 import io
 import json
 import os
+import queue
 import re
 import select
 import selectors
@@ -974,6 +975,48 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
             select.select([], [fd], [], 1.0)
 
 
+class Workers:
+    """Threads that serve connections, kept between requests.
+
+    Starting a thread per connection costs the accepting thread a clone and a wait for the new
+    thread to run, a good part of a short exec's round trip. Idle workers wait for the next
+    connection instead; a connection that finds none idle gets a new one (requests such as an
+    interactive process hold their worker as long as they last, so the number is not capped), and
+    a worker idle for IDLE_SECONDS ends, so a burst leaves no crowd of threads behind.
+    """
+
+    IDLE_SECONDS = 30.0
+
+    def __init__(self, handle: Callable[[socket.socket], None]) -> None:
+        self._handle = handle
+        self._queue: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+
+    def dispatch(self, client: socket.socket) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._queue.put(client)
+                return
+        threading.Thread(target=self._run, args=(client,), name="worker", daemon=True).start()
+
+    def _run(self, client: socket.socket) -> None:
+        while True:
+            self._handle(client)
+            with self._lock:
+                self._idle += 1
+            try:
+                client = self._queue.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    # A connection may have been promised to this worker just as it timed out.
+                    if self._queue.empty():
+                        self._idle -= 1
+                        return
+                client = self._queue.get()
+
+
 def _preload_http_client() -> None:
     with contextlib.suppress(Exception):
         import urllib.request  # noqa: F401
@@ -981,6 +1024,7 @@ def _preload_http_client() -> None:
 
 def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = None) -> None:
     daemon = Daemon(config)
+    workers = Workers(daemon.handle)
     stop = threading.Event()
 
     def request_stop(_signum: int, _frame: Any) -> None:
@@ -1009,5 +1053,5 @@ def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = N
             time.sleep(0.01)
             continue
         client.set_inheritable(False)
-        threading.Thread(target=daemon.handle, args=(client,), daemon=True).start()
+        workers.dispatch(client)
     daemon.shutdown()

@@ -31,7 +31,7 @@ from common.fastpath import body_chunks, streams_body
 from common.principal import Principal
 from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
 from sandboxes import services
-from sandboxes.api.serializers import ExecRequestSerializer
+from sandboxes.api.serializers import parse_exec_request
 from sandboxes.daemon_client import (
     DaemonClient,
     DaemonError,
@@ -298,26 +298,23 @@ async def _exec_lines(
 
 @api_async_view("POST")
 async def exec_view(request: HttpRequest, principal: Principal, sandbox_id: str) -> StreamingHttpResponse:
-    body = _parse_json(request)
-    serializer = ExecRequestSerializer(data=body)
-    serializer.is_valid(raise_exception=True)
-    data = serializer.validated_data
+    exec_request = parse_exec_request(_parse_json(request))
+    command, timeout, workdir = exec_request.command, exec_request.timeout, exec_request.workdir
     operation = await _aprepare(principal, request, sandbox_id)
-    timeout, workdir = float(data["timeout"]), data["workdir"]
     events: ExecStream | DaemonError
     try:
-        events = await operation.client.start_exec(data["command"], timeout=timeout, workdir=workdir)
+        events = await operation.client.start_exec(command, timeout=timeout, workdir=workdir)
     except DaemonUnavailable as exc:
         events = exc
         refreshed = await _refreshed(operation, request)
         if refreshed is not None:
             operation = refreshed
             try:
-                events = await operation.client.start_exec(data["command"], timeout=timeout, workdir=workdir)
+                events = await operation.client.start_exec(command, timeout=timeout, workdir=workdir)
             except DaemonUnavailable as again:
                 events = again
     response = StreamingHttpResponse(
-        _exec_lines(operation, events, data["command"], timeout, workdir),
+        _exec_lines(operation, events, command, timeout, workdir),
         content_type="application/x-ndjson",
     )
     response["Cache-Control"] = "no-store"

@@ -128,6 +128,9 @@ def test_flooding_output_arrives_complete(api: httpx.Client, sandbox_id: str) ->
         ({"command": "true", "workdir": "relative/dir"}, "workdir"),
         ({"command": "true", "shell": "zsh"}, "shell"),
         ({"command": 42}, "command"),
+        ({"command": "a\x00b"}, "command"),
+        ({"command": "true", "timeout": True}, "timeout"),
+        ({"command": "true", "workdir": None}, "workdir"),
     ],
 )
 def test_bad_exec_requests_are_400(api: httpx.Client, sandbox_id: str, body: dict[str, object], field: str) -> None:
