@@ -29,7 +29,8 @@ def _is_api(request: HttpRequest) -> bool:
     return request.path.startswith("/api/")
 
 
-def _jsonify(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+def jsonify_error(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """An error response on /api/ that is not JSON (Django's own 404, 405, ...) as the JSON error body."""
     if not _is_api(request) or response.status_code < 400 or response.streaming:
         return response
     content_type = response.get("Content-Type", "")
@@ -72,11 +73,11 @@ class ApiErrorMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self.__acall__(request)
-        return _jsonify(request, self.get_response(request))
+        return jsonify_error(request, self.get_response(request))
 
     async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
         response: Awaitable[HttpResponseBase] = self.get_response(request)
-        return _jsonify(request, await response)
+        return jsonify_error(request, await response)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         return _exception_response(request, exception)

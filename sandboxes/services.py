@@ -115,6 +115,8 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
         get_runtime().destroy(sandbox.pk)
         raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
     sandbox.refresh_from_db()
+    # Whoever creates a sandbox usually runs something in it next, and this process knows its daemon.
+    remember_running(sandbox)
     try:
         credentials.provision(sandbox)
     except Exception as exc:
@@ -236,8 +238,15 @@ def running_daemon_client(*, principal: Principal, sandbox_id: str) -> DaemonCli
     """The daemon client of a running sandbox of the caller's organization (404/409/410 otherwise)."""
     generation = _running.generation
     sandbox = get_running_sandbox(principal=principal, sandbox_id=sandbox_id)
+    return remember_running(sandbox, generation)
+
+
+def remember_running(sandbox: Sandbox, generation: int | None = None) -> DaemonClient:
+    """``sandbox``'s daemon client, remembered (``generation``: when its row was read, if earlier)."""
     client = daemon_client(sandbox)
-    _running.put(sandbox.pk, (sandbox.organization_id, client), generation)
+    _running.put(
+        sandbox.pk, (sandbox.organization_id, client), _running.generation if generation is None else generation
+    )
     return client
 
 

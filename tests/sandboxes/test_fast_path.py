@@ -178,3 +178,34 @@ def test_the_fast_path_answers_what_django_answers(small_writes: LiveServer, ena
     assert statuses["write-file media type"] == 415
     assert statuses["write-file relative path"] == 400
     assert statuses["write-file too large"] == 413
+
+
+def test_the_token_exchange_is_served_directly_and_answers_what_django_answers(
+    small_writes: LiveServer, enabled: Actor
+) -> None:
+    from accounts.api.asgi import TokenExchangeRoutes, token_exchange_view
+    from config.asgi import application
+
+    http = application.application_mapping["http"]
+    assert any(isinstance(routes, TokenExchangeRoutes) for routes in http.app.routes)
+    assert TokenExchangeRoutes().route("/api/v1/auth/token-exchange") == (token_exchange_view, {})
+    assert TokenExchangeRoutes().route("/api/v1/auth/token-exchange/") is None
+
+    path = "/api/v1/auth/token-exchange"
+    form = "application/x-www-form-urlencoded"
+    grant = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Atoken-exchange"
+    jwt_type = "subject_token_type=urn%3Aietf%3Aparams%3Aoauth%3Atoken-type%3Ajwt"
+    cases: list[tuple[str, str, bytes, str | None, int]] = [
+        ("GET", "GET", b"", None, 405),
+        ("JSON body", "POST", b"{}", "application/json", 400),
+        ("wrong grant", "POST", b"grant_type=password", form, 400),
+        ("no subject token", "POST", f"{grant}&{jwt_type}".encode(), form, 400),
+        ("forged subject token", "POST", f"{grant}&{jwt_type}&subject_token=a.b.c".encode(), form, 400),
+    ]
+    for name, method, body, content_type, status in cases:
+        expected = _django(None, method, path, body, content_type)
+        got = _live(small_writes, None, method, path, body, content_type)
+        assert got.status_code == expected.status_code == status, name
+        assert got.json() == expected.json(), name
+        for header in COMPARED_HEADERS:
+            assert got.headers.get(header) == expected.headers.get(header), (name, header)
