@@ -938,16 +938,18 @@ class Daemon:
                 if item is None:
                     raise ClientGone
                 kind, payload = item
-                if kind == Kind.DATA:
-                    try:
-                        _write_all(fd, payload)
-                    except OSError as exc:
-                        raise _errno_error(exc, path) from exc
-                    size += len(payload)
-                elif kind == Kind.JSON and decode_json(bytes(payload)).get("type") == "end":
-                    break
-                else:
-                    raise RequestError(ErrorCode.BAD_REQUEST, "expected data frames and then an end message")
+                with payload:
+                    # Released at once: a buffer with a view on it cannot grow for a larger frame.
+                    if kind == Kind.DATA:
+                        try:
+                            _write_all(fd, payload)
+                        except OSError as exc:
+                            raise _errno_error(exc, path) from exc
+                        size += len(payload)
+                    elif kind == Kind.JSON and decode_json(bytes(payload)).get("type") == "end":
+                        break
+                    else:
+                        raise RequestError(ErrorCode.BAD_REQUEST, "expected data frames and then an end message")
             os.fchmod(fd, mode if mode is not None else 0o644)
             os.close(fd)
             fd = -1

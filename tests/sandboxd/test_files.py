@@ -111,3 +111,18 @@ async def test_large_file_round_trip_in_bounded_memory(client: DaemonClient) -> 
     assert digest.hexdigest() == expected.hexdigest()
     assert peak < 32 * 1024 * 1024, f"peak Python allocations {peak} bytes"
     await client.run("rm ~/big.bin")
+
+
+async def test_frames_of_any_size_in_any_order(client: DaemonClient) -> None:
+    # Frames larger than the daemon's receive buffer make it grow that buffer between frames of
+    # other sizes; the file must come out whole either way.
+    pieces = [b"x", os.urandom(3 * 1024 * 1024), os.urandom(64 * 1024), os.urandom(5 * 1024 * 1024 + 7)]
+
+    async def body() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    result = await client.write_file("/tmp/mixed.bin", body())
+    data = b"".join(pieces)
+    assert result.size == len(data)
+    assert hashlib.sha256(await read_all(client, "/tmp/mixed.bin")).hexdigest() == hashlib.sha256(data).hexdigest()
