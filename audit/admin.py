@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
 from audit.models import AuditEvent
+from common.admin import ViewOnlyAdminMixin
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
+class AuditEventAdmin(ViewOnlyAdminMixin, admin.ModelAdmin[AuditEvent]):
+    # The log is append-only for everyone, administrators included.
     list_display = [
         "created_at",
         "event_type",
@@ -23,13 +22,3 @@ class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
     search_fields = ["sandbox_id", "actor_email", "token_prefix", "organization__slug"]
     date_hierarchy = "created_at"
     readonly_fields = [f.name for f in AuditEvent._meta.fields]
-
-    # The log is append-only for everyone, administrators included.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

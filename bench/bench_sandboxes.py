@@ -41,6 +41,8 @@ from typing import Any
 
 import httpx
 
+from bench import signing_key_file
+
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
 CREATE_REPEATS = 9
@@ -394,18 +396,7 @@ def _environment(workdir: Path) -> dict[str, str]:
         "DEBUG": "false",
         "LOG_LEVEL": "WARNING",
     }
-    # Production requires the identity-token signing key from configuration, as a deployment gives it.
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    key_file = workdir / "oidc-signing-key.pem"
-    key_file.write_bytes(
-        ec.generate_private_key(ec.SECP256R1()).private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    key_file.chmod(0o600)
-    env["OIDC_SIGNING_KEY_FILES"] = str(key_file)
+    env["OIDC_SIGNING_KEY_FILES"] = signing_key_file(workdir)
     env.pop("DATABASE_URL", None)  # fresh SQLite state: the bench never touches a real database
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)

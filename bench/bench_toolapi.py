@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+
+from bench import signing_key_file
 
 ROOT = Path(__file__).resolve().parent.parent
 MCPO_VERSION = "0.0.20"
@@ -303,15 +303,7 @@ def run() -> dict[str, float]:
             "DEBUG": "false",
             "LOG_LEVEL": "WARNING",
         }
-        # Production requires the identity-token signing key from configuration, as a deployment gives it.
-        key_file = workdir / "oidc-signing-key.pem"
-        key_file.write_bytes(
-            ec.generate_private_key(ec.SECP256R1()).private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-        key_file.chmod(0o600)
-        env["OIDC_SIGNING_KEY_FILES"] = str(key_file)
+        env["OIDC_SIGNING_KEY_FILES"] = signing_key_file(workdir)
         env.pop("DATABASE_URL", None)  # fresh SQLite state: the bench never touches a real database
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)

@@ -1,17 +1,17 @@
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from common.admin import ViewOnlyAdminMixin
 from sandboxes import services
 from sandboxes.models import DestroyReason, Sandbox
 
 
 @admin.register(Sandbox)
-class SandboxAdmin(admin.ModelAdmin[Sandbox]):
+class SandboxAdmin(ViewOnlyAdminMixin, admin.ModelAdmin[Sandbox]):
+    # The lifecycle belongs to the service (slots, runtime, audit): the admin looks and destroys.
     list_display = [
         "id",
         "organization",
@@ -30,16 +30,6 @@ class SandboxAdmin(admin.ModelAdmin[Sandbox]):
     exclude = ["daemon_secret_encrypted"]
     readonly_fields = [f.name for f in Sandbox._meta.fields if f.name != "daemon_secret_encrypted"]
     actions = ["destroy_selected"]
-
-    # The lifecycle belongs to the service (slots, runtime, audit): the admin looks and destroys.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.action(description="Destroy selected sandboxes", permissions=["view"])
     def destroy_selected(self, request: HttpRequest, queryset: QuerySet[Sandbox]) -> None:

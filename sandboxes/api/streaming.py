@@ -12,9 +12,9 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from asgiref.sync import sync_to_async
@@ -47,6 +47,8 @@ from sandboxes.daemon_client import (
 NO_EXIT_STATUS = -1
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Operations on one sandbox within this many seconds of the last recorded activity write nothing:
 # the reaper counts idleness in minutes, and a write per exec is a commit each.
@@ -103,6 +105,25 @@ async def _refreshed(operation: Operation, request: HttpRequest) -> Operation | 
         return None
     services.forget_running(operation.sandbox_id)
     return await _aprepare(operation.principal, request, operation.sandbox_id)
+
+
+async def _on_daemon(
+    operation: Operation,
+    request: HttpRequest,
+    call: Callable[[DaemonClient], Awaitable[T]],
+    *,
+    may_retry: Callable[[], bool] = lambda: True,
+) -> tuple[Operation, T]:
+    """``call`` on the sandbox's daemon; if a remembered daemon is gone, once more after the database
+    was asked again (which answers 410 for a sandbox destroyed meanwhile). Returns the operation
+    the call succeeded with."""
+    try:
+        return operation, await call(operation.client)
+    except DaemonUnavailable:
+        refreshed = await _refreshed(operation, request) if may_retry() else None
+        if refreshed is None:
+            raise
+        return refreshed, await call(refreshed.client)
 
 
 def _record_events(batch: list[dict[str, Any]]) -> None:
@@ -303,16 +324,11 @@ async def exec_view(request: HttpRequest, principal: Principal, sandbox_id: str)
     operation = await _aprepare(principal, request, sandbox_id)
     events: ExecStream | DaemonError
     try:
-        events = await operation.client.start_exec(command, timeout=timeout, workdir=workdir)
+        operation, events = await _on_daemon(
+            operation, request, lambda client: client.start_exec(command, timeout=timeout, workdir=workdir)
+        )
     except DaemonUnavailable as exc:
-        events = exc
-        refreshed = await _refreshed(operation, request)
-        if refreshed is not None:
-            operation = refreshed
-            try:
-                events = await operation.client.start_exec(command, timeout=timeout, workdir=workdir)
-            except DaemonUnavailable as again:
-                events = again
+        events = exc  # reported in the stream, as the protocol says
     response = StreamingHttpResponse(
         _exec_lines(operation, events, command, timeout, workdir),
         content_type="application/x-ndjson",
@@ -378,14 +394,7 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
     path = _path_param(request)
     operation = await _aprepare(principal, request, sandbox_id)
     try:
-        try:
-            reader = await operation.client.open_file(path)
-        except DaemonUnavailable:
-            refreshed = await _refreshed(operation, request)
-            if refreshed is None:
-                raise
-            operation = refreshed
-            reader = await operation.client.open_file(path)
+        operation, reader = await _on_daemon(operation, request, lambda client: client.open_file(path))
     except DaemonError as exc:
         raise _file_error(exc) from exc
     response = StreamingHttpResponse(_file_chunks(operation, reader, path), content_type="application/octet-stream")
@@ -405,13 +414,14 @@ async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id
     path = _path_param(request)
     limit = settings.SANDBOX_WRITE_MAX_BYTES
     declared = request.META.get("CONTENT_LENGTH")
+    too_large = ApiError(
+        status_code=413,
+        code="payload_too_large",
+        message=f"Files are limited to {limit} bytes.",
+        details={"maxBytes": limit},
+    )
     if declared and declared.isdigit() and int(declared) > limit:
-        raise ApiError(
-            status_code=413,
-            code="payload_too_large",
-            message=f"Files are limited to {limit} bytes.",
-            details={"maxBytes": limit},
-        )
+        raise too_large
     operation = await _aprepare(principal, request, sandbox_id)
 
     body_started = False
@@ -424,25 +434,15 @@ async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id
             total += len(chunk)
             if total > limit:
                 # Raising here aborts the daemon's temporary file: nothing half-written is left.
-                raise ApiError(
-                    status_code=413,
-                    code="payload_too_large",
-                    message=f"Files are limited to {limit} bytes.",
-                    details={"maxBytes": limit},
-                )
+                raise too_large
             yield chunk
 
     try:
-        try:
-            result = await operation.client.write_file(path, body())
-        except DaemonUnavailable:
-            # Only a daemon that could not be reached at all (no byte of the body taken yet) is
-            # worth asking the database about.
-            refreshed = None if body_started else await _refreshed(operation, request)
-            if refreshed is None:
-                raise
-            operation = refreshed
-            result = await operation.client.write_file(path, body())
+        # Only a daemon that could not be reached at all (no byte of the body taken yet) is worth
+        # asking the database about: a body cannot be read twice.
+        operation, result = await _on_daemon(
+            operation, request, lambda client: client.write_file(path, body()), may_retry=lambda: not body_started
+        )
     except DaemonError as exc:
         raise _file_error(exc) from exc
     record_in_background(operation, EventType.WRITE_FILE, {"path": result.path, "bytes": result.size})

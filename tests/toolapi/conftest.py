@@ -7,7 +7,8 @@ noticing cancellation) to calls made by the uvicorn process.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +18,16 @@ from tests.conftest import Actor, make_actor
 from tests.live import LiveServer, start_live_server, stop_live_server
 from tests.toolapi.upstreams import BetaState, Upstream, start_alpha, start_beta
 from toolapi import catalog
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> bool:
+    """Whether ``predicate`` became true within ``timeout`` seconds (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from accounts.models import ApiToken, hash_token
 from common.auth import DEFAULT_PRINCIPAL_CACHE_SECONDS, forget_cached_principals
 from tests.conftest import Actor
 from tests.live import LiveServer
-from tests.toolapi.conftest import register
+from tests.toolapi.conftest import register, wait_for
 from tests.toolapi.upstreams import Upstream
 from toolapi import views
 from toolapi.asgi import WithToolHttpApi, route
@@ -247,22 +247,13 @@ def test_the_fast_path_answers_what_django_answers(live_app: LiveServer, owner: 
     assert {**got_doc, "servers": None} == {**expected_doc, "servers": None}
 
 
-def _wait_for(predicate: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.django_db(transaction=True)
 def test_fast_path_calls_are_audited(live_app: LiveServer, owner: Actor, alpha: Upstream) -> None:
     register(owner, "alpha", alpha.url)
     body = json.dumps({"a": 1, "b": 2}).encode()
     response = _live(live_app, owner.token, "POST", "/api/mcp-httpapi/tools/alpha__add", body, "application/json")
     assert response.status_code == 200
-    assert _wait_for(lambda: ToolCall.objects.exists())
+    assert wait_for(lambda: ToolCall.objects.exists())
     audit = ToolCall.objects.get()
     assert (audit.channel, audit.status, audit.is_error) == (CallChannel.HTTP, CallStatus.OK, False)
     assert (audit.tool_name, audit.server_name, audit.user_id) == ("alpha__add", "alpha", owner.user.pk)
@@ -301,7 +292,7 @@ def test_a_token_revoked_elsewhere_stops_working_within_the_bound(
     # Revoked by this (test) process: the server process only learns it from the database.
     account_services.revoke_token(token=ApiToken.objects.get(token_hash=hash_token(owner.token)))
     revoked_at = time.monotonic()
-    assert _wait_for(lambda: _call(live_app, owner.token) == 401, timeout=DEFAULT_PRINCIPAL_CACHE_SECONDS + 5)
+    assert wait_for(lambda: _call(live_app, owner.token) == 401, timeout=DEFAULT_PRINCIPAL_CACHE_SECONDS + 5)
     assert time.monotonic() - revoked_at < DEFAULT_PRINCIPAL_CACHE_SECONDS + 1.0
 
 

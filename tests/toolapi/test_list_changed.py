@@ -14,8 +14,7 @@ these tests commit their data.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,7 +23,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from tests.conftest import Actor
 from tests.live import LiveServer
-from tests.toolapi.conftest import register
+from tests.toolapi.conftest import register, wait_for
 from tests.toolapi.upstreams import GAMMA_SHOUT, GammaState, Upstream, restart_gamma, start_gamma
 from toolapi.models import McpServer
 from toolapi.upstream import hub
@@ -33,15 +32,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ERAS = {"handshake era": True, "2026-07-28": False}
 SHOUT_PATH = "/api/mcp-httpapi/tools/gamma__shout"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture(params=list(ERAS), ids=list(ERAS))

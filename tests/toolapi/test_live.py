@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.conftest import Actor
 from tests.live import LiveServer
-from tests.toolapi.conftest import register
+from tests.toolapi.conftest import register, wait_for
 from tests.toolapi.upstreams import Upstream
 from toolapi.models import CallChannel, CallStatus, ToolCall
 
@@ -26,15 +26,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_sse_framing_byte_for_byte(live_app: LiveServer, owner: Actor, alpha: Upstream) -> None:
