@@ -128,6 +128,10 @@ class Routes:
         """The view and arguments Django's URLconf gives ``path_info``, for this area's routes only."""
         raise NotImplementedError
 
+    def route_request(self, method: str, path_info: str) -> tuple[View, dict[str, str]] | None:
+        """``route``, for areas that serve only some methods of a URL here (the rest go to Django)."""
+        return self.route(path_info)
+
     def started(self) -> None:
         """Called once per request served here, before its body is read."""
 
@@ -170,9 +174,9 @@ class DirectAsgi:
         else:
             self.inline = [import_string(path)(_unused_get_response) for path in settings.MIDDLEWARE if path in _INLINE]
 
-    def find(self, path_info: str) -> tuple[Routes, View, dict[str, str]] | None:
+    def find(self, path_info: str, method: str = "GET") -> tuple[Routes, View, dict[str, str]] | None:
         for routes in self.routes:
-            found = routes.route(path_info)
+            found = routes.route_request(method, path_info)
             if found is not None:
                 return routes, *found
         return None
@@ -181,7 +185,7 @@ class DirectAsgi:
         if self.enabled and scope.get("type") == "http":
             prefix = get_script_prefix(scope)
             path = scope["path"]
-            found = self.find(path.removeprefix(prefix) if prefix else path)
+            found = self.find(path.removeprefix(prefix) if prefix else path, scope.get("method", "GET"))
             if found is not None:
                 await self._serve(scope, receive, send, *found)
                 return

@@ -32,7 +32,9 @@ class TokenRateThrottle(_SettingsRate):
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
         raw = bearer_from_header(request.META.get("HTTP_AUTHORIZATION"))
-        if not raw or request.user is None:
+        # DRF's anonymous user is None here (UNAUTHENTICATED_USER); a plain HttpRequest served
+        # from ASGI (common.fastpath) reaches this only once its token was authenticated.
+        if not raw or getattr(request, "user", True) is None:
             return None
         return self.cache_format % {"scope": self.scope, "ident": hash_token(raw)}
 
@@ -51,6 +53,16 @@ def exchange_allowed(request: HttpRequest) -> tuple[bool, int | None]:
     """Whether one more token exchange from this address is allowed; if not, seconds to wait."""
     throttle = TokenExchangeThrottle()
     # The exchange is a plain Django view: the throttle reads nothing but request.META from it.
+    if throttle.allow_request(cast(Any, request), cast(Any, None)):
+        return True, None
+    wait = throttle.wait()
+    return False, int(wait) + 1 if wait is not None else None
+
+
+def api_request_allowed(request: HttpRequest) -> tuple[bool, int | None]:
+    """Whether one more REST request with this (authenticated) token is allowed; if not, seconds to
+    wait. For the REST views served from ASGI, which DRF's throttling does not see."""
+    throttle = TokenRateThrottle()
     if throttle.allow_request(cast(Any, request), cast(Any, None)):
         return True, None
     wait = throttle.wait()

@@ -74,6 +74,12 @@ ARGV_COMMAND_LIMIT = 100_000
 LINGER_SECONDS = 0.2
 
 AUTH_TIMEOUT_SECONDS = 10.0
+# An exec or process started while the sandbox fetches its credentials waits for them (so it sees
+# SVC_API_KEY), but no longer than this after the fetch began: a control plane that died half-way
+# must not leave every command waiting.
+CREDENTIALS_WAIT_SECONDS = 15.0
+# The token exchange's own limit, from inside the sandbox.
+EXCHANGE_TIMEOUT_SECONDS = 10.0
 F_SETPIPE_SZ = 1031
 PIPE_SIZE = 1024 * 1024
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -363,6 +369,10 @@ class Daemon:
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
         self.extra_env: dict[str, str] = {}
+        # Closed while a background exchange (or the control plane's fallback after it) is pending.
+        self._credentials_ready = threading.Event()
+        self._credentials_ready.set()
+        self._credentials_deadline = 0.0
         self.started_at = time.monotonic()
         self.children = Children()
         self.drainer = Drainer()
@@ -377,6 +387,8 @@ class Daemon:
         }
 
     def child_env(self, extra: Mapping[str, str], *, term: str | None = None) -> dict[str, str]:
+        if not self._credentials_ready.is_set():
+            self._credentials_ready.wait(max(0.0, self._credentials_deadline - time.monotonic()))
         cfg = self.config
         env = {
             "HOME": cfg.home,
@@ -492,11 +504,19 @@ class Daemon:
         if config is not None:
             self._write_config(config)
         self.extra_env = env
+        self._credentials_ready.set()
         conn.send({"type": "ok"})
 
     def op_exchange(self, request: dict[str, Any], conn: Connection) -> None:
         """Authenticate the sandbox itself: present the identity token to the service's RFC 8693
-        token exchange from inside, then install the token it returns (~/.svc.config, SVC_API_KEY)."""
+        token exchange from inside, then install the token it returns (~/.svc.config, SVC_API_KEY).
+
+        With ``background``, the daemon first answers ``accepted`` and holds every exec and process
+        started from then on until the token is installed: a create can answer without waiting for
+        the exchange, and the first command still sees its credentials. A failed background exchange
+        keeps holding them for the control plane's own exchange (``credentials``), at most
+        CREDENTIALS_WAIT_SECONDS in all.
+        """
         # Imported here, not at start-up: the daemon's start is on the critical path of a create.
         import urllib.error
         import urllib.parse
@@ -506,6 +526,10 @@ class Daemon:
         extra = request.get("config") or {}
         if not all(isinstance(v, str) and v for v in (url, identity, base_url)) or not isinstance(extra, dict):
             raise RequestError(ErrorCode.BAD_REQUEST, "url, identityToken and baseUrl are required")
+        if request.get("background"):
+            self._credentials_deadline = time.monotonic() + CREDENTIALS_WAIT_SECONDS
+            self._credentials_ready.clear()
+            conn.send({"type": "accepted"})
         body = urllib.parse.urlencode(
             {
                 "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
@@ -517,7 +541,7 @@ class Daemon:
             str(url), data=body, method="POST", headers={"Content-Type": "application/x-www-form-urlencoded"}
         )
         try:
-            with urllib.request.urlopen(exchange, timeout=10) as response:  # noqa: S310 - the control plane's URL
+            with urllib.request.urlopen(exchange, timeout=EXCHANGE_TIMEOUT_SECONDS) as response:  # noqa: S310 - the control plane's URL
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:500].decode(errors="replace")
@@ -530,6 +554,7 @@ class Daemon:
         expires_at = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + expires_in))
         self._write_config({**extra, "baseUrl": base_url, "token": token, "expiresAt": expires_at})
         self.extra_env = {**self.extra_env, "SVC_API_KEY": token, "SVC_BASE_URL": str(base_url)}
+        self._credentials_ready.set()
         conn.send({"type": "ok", "expiresIn": expires_in, "tokenPrefix": token[:14]})
 
     def _workdir(self, request: dict[str, Any]) -> str:

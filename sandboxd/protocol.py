@@ -27,12 +27,15 @@ Operations and their replies (daemon -> client):
     ``{"type": "started", "pid"}``; client DATA frames are stdin, ``{"type": "resize", cols, rows}``,
     ``{"type": "signal", "signal": "INT"}`` and ``{"type": "eof"}`` control it; the daemon sends DATA
     (stdout, or the terminal) and DATA2 (stderr without a PTY) and finally ``{"type": "exit", ...}``.
-``exchange`` ``{url, identityToken, baseUrl, config?}``
+``exchange`` ``{url, identityToken, baseUrl, config?, background?}``
     The daemon presents the identity token to the service's token exchange at ``url`` from inside the
     sandbox and installs the token it gets as with ``credentials``; ``{"type": "ok", "expiresIn"}``.
+    With ``background`` it first answers ``{"type": "accepted"}`` and from then on holds every exec
+    and process until the token is installed (by this exchange or, after it failed, by
+    ``credentials``), for at most ``CREDENTIALS_WAIT_SECONDS``.
 ``credentials`` ``{env, config?}``
     ``{"type": "ok"}``. ``env`` replaces the variables added to every later exec and process;
-    ``config`` (an object) is written to ``~/.svc.config`` with mode 600.
+    ``config`` (an object) is written to ``~/.svc.config`` with mode 600; held commands go ahead.
 
 Any failure is ``{"type": "error", "code", "message"}`` and ends the request.
 

@@ -5,16 +5,24 @@ RFC 8693 exchange from inside the sandbox. When the sandbox cannot reach the ser
 this host), the control plane performs the same exchange on its behalf and pushes the result, so the
 credential is identical either way. Renewal is the control plane's: a new token is issued before the
 old one expires and pushed through the daemon; the old one simply runs out.
+
+The first exchange runs in the background of the create (``start_provisioning``): the create answers
+as soon as the daemon holds new commands until the token is in place, so the exchange's round trip
+overlaps the client's next request instead of adding to the create, and the first exec still sees
+``SVC_API_KEY``. The sandbox's ``credentials`` detail fills in a few milliseconds later.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 from django.db.models import Q
 from django.utils import timezone
 
@@ -29,6 +37,13 @@ from sandboxes.models import Sandbox, SandboxStatus
 logger = logging.getLogger(__name__)
 
 CONFIG_FILE = "~/.svc.config"
+
+# How long a create waits for the daemon to take the background exchange on (it answers at once
+# unless the sandbox is gone or wedged; the exchange then still runs, without the hold).
+ACCEPT_WAIT_SECONDS = 5.0
+# A running sandbox without credentials this long after its create lost its first exchange (the
+# process that ran it died): the refresh job issues them.
+PROVISIONING_GRACE = timedelta(minutes=1)
 
 
 def identity_claims(sandbox: Sandbox) -> dict[str, Any]:
@@ -77,11 +92,12 @@ def _push(sandbox: Sandbox, issued: IssuedToken) -> None:
     asyncio.run(client.update_credentials({"SVC_API_KEY": issued.raw, "SVC_BASE_URL": document["baseUrl"]}, document))
 
 
-def provision(sandbox: Sandbox) -> str:
+def provision(sandbox: Sandbox, *, on_accepted: Callable[[], None] | None = None) -> str:
     """Give a just-started sandbox its credentials; returns how ("sandbox" or "control-plane").
 
     The sandbox exchanges its identity token itself when it can reach the service; where it cannot
-    (a host without user-mode networking), the control plane runs the same exchange for it.
+    (a host without user-mode networking), the control plane runs the same exchange for it. With
+    ``on_accepted`` the daemon holds new commands until then (see ``start_provisioning``).
     """
     from sandboxes.services import daemon_client
 
@@ -97,6 +113,7 @@ def provision(sandbox: Sandbox) -> str:
                 identity_token=identity_token(sandbox),
                 base_url=settings.SANDBOX_SERVICE_URL,
                 config=extra,
+                on_accepted=on_accepted,
             )
         )
     except DaemonError as exc:
@@ -108,6 +125,33 @@ def provision(sandbox: Sandbox) -> str:
     token = ApiToken.objects.filter(sandbox_id=sandbox.pk, revoked_at__isnull=True).latest("created_at")
     _record_issued(sandbox, token, via="sandbox")
     return "sandbox"
+
+
+def start_provisioning(sandbox: Sandbox) -> threading.Thread:
+    """``provision`` in a thread of its own, returning once the daemon holds new commands for it.
+
+    A failure is recorded on the sandbox (``credentials.error``) and left to the refresh job.
+    """
+    accepted = threading.Event()
+    # Loaded here, so the thread only reads the instance the create goes on to serialize.
+    assert sandbox.organization is not None
+
+    def run() -> None:
+        try:
+            provision(sandbox, on_accepted=accepted.set)
+        except Exception as exc:
+            # The sandbox works without them; the failure is on its detail and the refresh job retries.
+            logger.exception("sandbox %s: credentials could not be provisioned", sandbox.pk)
+            Sandbox.objects.filter(pk=sandbox.pk).update(credentials_error=f"provisioning failed: {exc}"[:2000])
+        finally:
+            accepted.set()
+            # This thread's own database connections; nothing else would ever close them.
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name=f"credentials-{sandbox.pk}", daemon=True)
+    thread.start()
+    accepted.wait(ACCEPT_WAIT_SECONDS)
+    return thread
 
 
 def _record_issued(sandbox: Sandbox, token: ApiToken, *, via: str) -> None:
@@ -151,10 +195,12 @@ def refresh(sandbox: Sandbox) -> bool:
 
 
 def due_for_refresh() -> list[Sandbox]:
-    margin = timezone.now() + timedelta(seconds=settings.SANDBOX_CREDENTIALS_MARGIN_SECONDS)
+    now = timezone.now()
+    margin = now + timedelta(seconds=settings.SANDBOX_CREDENTIALS_MARGIN_SECONDS)
+    lost = Q(credentials_expires_at__isnull=True, created_at__lt=now - PROVISIONING_GRACE)
     return list(
         Sandbox.objects.filter(status=SandboxStatus.RUNNING)
-        .filter(Q(credentials_expires_at__lt=margin) | Q(credentials_error__gt=""))
+        .filter(Q(credentials_expires_at__lt=margin) | Q(credentials_error__gt="") | lost)
         .select_related("organization", "created_by")
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -380,12 +380,29 @@ class DaemonClient:
             await c.message()
 
     async def exchange_credentials(
-        self, *, url: str, identity_token: str, base_url: str, config: Mapping[str, Any] | None = None
+        self,
+        *,
+        url: str,
+        identity_token: str,
+        base_url: str,
+        config: Mapping[str, Any] | None = None,
+        on_accepted: Callable[[], None] | None = None,
     ) -> dict[str, Any]:
-        """Have the sandbox authenticate itself: the daemon calls the token exchange from inside."""
+        """Have the sandbox authenticate itself: the daemon calls the token exchange from inside.
+
+        With ``on_accepted``, the exchange runs in the background of the sandbox: ``on_accepted`` is
+        called as soon as the daemon holds new commands for it, and this call still returns (or
+        raises) with the exchange's outcome.
+        """
+        fields: dict[str, Any] = {"url": url, "identityToken": identity_token, "baseUrl": base_url}
         async with self._request(
-            "exchange", url=url, identityToken=identity_token, baseUrl=base_url, config=dict(config or {})
+            "exchange", **fields, config=dict(config or {}), background=on_accepted is not None
         ) as connection:
+            if on_accepted is not None:
+                accepted = await connection.message()
+                if accepted.get("type") != "accepted":
+                    raise DaemonUnavailable("the sandbox daemon did not accept a background exchange")
+                on_accepted()
             return await connection.message()
 
     async def start_exec(

@@ -110,6 +110,9 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
         limits=_limits_record(handle),
         last_activity_at=timezone.now(),
     )
+    if started:
+        # Its activity was just recorded: the first operations after the create need not write it again.
+        touch_due(sandbox.pk, 0.0, force=True)
     if not started:
         # Destroyed while it was starting: nothing may keep running for it.
         get_runtime().destroy(sandbox.pk)
@@ -117,13 +120,7 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
     sandbox.refresh_from_db()
     # Whoever creates a sandbox usually runs something in it next, and this process knows its daemon.
     remember_running(sandbox)
-    try:
-        credentials.provision(sandbox)
-    except Exception as exc:
-        # The sandbox works without them; the failure is on its detail and the refresh job retries.
-        logger.exception("sandbox %s: credentials could not be provisioned", sandbox.pk)
-        Sandbox.objects.filter(pk=sandbox.pk).update(credentials_error=f"provisioning failed: {exc}"[:2000])
-    sandbox.refresh_from_db()
+    credentials.start_provisioning(sandbox)
     record_event(
         organization=principal.organization,
         event_type=EventType.SANDBOX_CREATE,
@@ -174,19 +171,19 @@ _touched: dict[str, float] = {}
 _touched_lock = threading.Lock()
 
 
-def touch_due(sandbox_id: str, unless_within: float) -> bool:
+def touch_due(sandbox_id: str, unless_within: float, *, force: bool = False) -> bool:
     """Whether an operation now should record activity; if so, it is counted as recorded.
 
     False when this process recorded the sandbox's activity less than ``unless_within`` seconds
     ago: the reaper counts idleness in minutes, so a burst of operations needs one write (a commit,
-    on SQLite a disk sync), not one each.
+    on SQLite a disk sync), not one each. ``force`` counts it as recorded now, whatever came before.
     """
-    if unless_within <= 0:
+    if unless_within <= 0 and not force:
         return True
     now = time.monotonic()
     with _touched_lock:
         last = _touched.get(sandbox_id)
-        if last is not None and now - last < unless_within:
+        if last is not None and now - last < unless_within and not force:
             return False
         if len(_touched) > 10_000:
             _touched.clear()

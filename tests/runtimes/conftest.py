@@ -8,11 +8,13 @@ HTTP server standing in for the service so the forwarded service port can be che
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import shutil
 import socketserver
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,12 +35,30 @@ class ServiceStub:
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     body = b"service-stub-ok"
+    # A token exchange that answers after EXCHANGE_DELAY seconds (POST /slow-exchange), and one that
+    # refuses (POST /failing-exchange), for the daemon's background exchange.
+    exchanged_token = "stub-exchanged-token"
+    exchange_delay = 0.5
 
     def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
         self.wfile.write(self.body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path == "/slow-exchange":
+            time.sleep(self.exchange_delay)
+            status, answer = 200, {"access_token": self.exchanged_token, "expires_in": 600}
+        else:
+            status, answer = 500, {"error": "server_error"}
+        body = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass

@@ -35,7 +35,16 @@ def api(live: LiveServer, enabled: Actor) -> Iterator[httpx.Client]:
 def sandbox_id(api: httpx.Client) -> str:
     response = api.post("/api/v1/sandboxes")
     assert response.status_code == 201, response.text
-    return str(response.json()["id"])
+    sandbox_id = str(response.json()["id"])
+    # The create answers while the credentials are still being fetched (commands wait for them);
+    # tests start from a sandbox whose credentials are recorded, as they are a moment later.
+    wait_for(lambda: credentials_settled(api, sandbox_id))
+    return sandbox_id
+
+
+def credentials_settled(api: httpx.Client, sandbox_id: str) -> bool:
+    credentials = api.get(f"/api/v1/sandboxes/{sandbox_id}").json()["credentials"]
+    return bool(credentials["expiresAt"] or credentials["error"])
 
 
 def exec_lines(api: httpx.Client, sandbox_id: str, command: str, **fields: Any) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from common.auth import forget_cached_principals
 from sandboxes.api import streaming
 from sandboxes.api.asgi import SandboxStreamRoutes, route
 from sandboxes.models import DestroyReason, Sandbox, SandboxStatus
+from sandboxes.runtime import get_runtime
 from tests.conftest import Actor
 from tests.live import LiveServer, start_live_server, stop_live_server
 
@@ -32,6 +33,7 @@ COMPARED_HEADERS = (
     "referrer-policy",
     "cross-origin-opener-policy",
     "allow",
+    "vary",
     "cache-control",
 )
 WRITE_LIMIT = 1000
@@ -209,3 +211,80 @@ def test_the_token_exchange_is_served_directly_and_answers_what_django_answers(
         assert got.json() == expected.json(), name
         for header in COMPARED_HEADERS:
             assert got.headers.get(header) == expected.headers.get(header), (name, header)
+
+
+def test_creates_are_served_directly_and_answer_what_django_answers(small_writes: LiveServer, enabled: Actor) -> None:
+    from accounts.models import Organization
+    from accounts.services import create_token
+    from config.asgi import application
+    from sandboxes.api.asgi import create_view
+
+    http = application.application_mapping["http"]
+    routes = next(r for r in http.app.routes if isinstance(r, SandboxStreamRoutes))
+    assert routes.route_request("POST", "/api/v1/sandboxes") == (create_view, {})
+    # Listing, and every other method, stays with DRF.
+    assert routes.route_request("GET", "/api/v1/sandboxes") is None
+    assert routes.route_request("PUT", "/api/v1/sandboxes") is None
+    assert routes.route_request("POST", "/api/v1/sandboxes/") is None
+
+    path = "/api/v1/sandboxes"
+    read_only = create_token(user=enabled.user, organization=enabled.organization, read_only=True).raw
+
+    def compare(name: str, token: str | None, status: int, code: str | None) -> None:
+        expected = _django(token, "POST", path, b"", None)
+        got = _live(small_writes, token, "POST", path, b"", None)
+        assert got.status_code == expected.status_code == status, name
+        assert got.json() == expected.json(), name
+        if code is not None:
+            assert got.json()["error"]["code"] == code, name
+        for header in COMPARED_HEADERS:
+            assert got.headers.get(header) == expected.headers.get(header), (name, header)
+
+    compare("anonymous", None, 401, "not_authenticated")
+    compare("bad token", "svc_pat_nope", 401, "authentication_failed")
+    compare("read-only token", read_only, 403, "read_only_token")
+    Organization.objects.filter(pk=enabled.organization.pk).update(sandboxes_enabled=False)
+    compare("not enabled", enabled.token, 403, "sandboxes_not_enabled")
+    Organization.objects.filter(pk=enabled.organization.pk).update(sandboxes_enabled=True)
+    for _ in range(10):
+        Sandbox.objects.create(
+            organization=enabled.organization,
+            runtime="local",
+            status=SandboxStatus.RUNNING,
+            last_activity_at=timezone.now(),
+        )
+    compare("limit reached", enabled.token, 409, "sandbox_limit_reached")
+    assert Sandbox.objects.count() == 10
+
+    Sandbox.objects.all().delete()
+    expected = _django(enabled.token, "POST", path, b"", None)
+    got = _live(small_writes, enabled.token, "POST", path, b"", None)
+    try:
+        assert got.status_code == expected.status_code == 201
+        assert set(got.json()) == set(expected.json())
+        assert got.json()["status"] == expected.json()["status"] == "running"
+        for header in COMPARED_HEADERS:
+            assert got.headers.get(header) == expected.headers.get(header), ("created", header)
+    finally:
+        for created in (got, expected):
+            if created.status_code == 201:
+                get_runtime().destroy(created.json()["id"])
+
+
+def test_a_create_served_directly_counts_against_the_tokens_rate_limit(
+    transactional_db: Any, enabled: Actor, settings: Any
+) -> None:
+    server = start_live_server({"API_RATE_LIMIT": "2/min"})
+    try:
+        headers = {"Authorization": f"Bearer {enabled.token}"}
+        # Two requests through DRF spend the budget the create (served from ASGI) shares with them.
+        for _ in range(2):
+            assert httpx.get(f"{server.url}/api/v1/me", headers=headers, timeout=30).status_code == 200
+        refused = httpx.post(f"{server.url}/api/v1/sandboxes", headers=headers, timeout=30)
+        assert refused.status_code == 429
+        assert 0 < int(refused.headers["Retry-After"]) <= 60
+        error = refused.json()["error"]
+        assert error["code"] == "rate_limited" and error["details"]["retryAfterSeconds"] > 0
+        assert not Sandbox.objects.exists()
+    finally:
+        stop_live_server(server)

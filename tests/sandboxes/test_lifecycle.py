@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -14,6 +15,7 @@ from accounts.services import create_token
 from audit.models import AuditEvent, EventType
 from common.errors import ApiError
 from sandboxes import services
+from sandboxes.api.streaming import TOUCH_INTERVAL_SECONDS
 from sandboxes.models import Sandbox, SandboxStatus
 from sandboxes.runtime import get_runtime
 from sandboxes.runtimes.base import SandboxState
@@ -188,6 +190,8 @@ def test_reconcile_marks_vanished_and_destroys_orphans(api: httpx.Client, enable
 
 def test_exec_updates_last_activity(api: httpx.Client, sandbox_id: str) -> None:
     before = Sandbox.objects.get(pk=sandbox_id).last_activity_at
+    # The create recorded activity just now; a process writes it at most once a second per sandbox.
+    time.sleep(TOUCH_INTERVAL_SECONDS + 0.1)
     assert stdout_of(exec_lines(api, sandbox_id, "echo hi")) == "hi\n"
     after = wait_for(lambda: Sandbox.objects.get(pk=sandbox_id).last_activity_at > before)
     assert after
