@@ -905,6 +905,13 @@ class Daemon:
             if not stat.S_ISREG(st.st_mode):
                 raise RequestError(ErrorCode.BAD_REQUEST, f"{path}: not a regular file")
             os.set_blocking(fd, True)
+            if request.get("passFd") and conn.sock.family == socket.AF_UNIX:
+                # A client on this machine reads the file itself: the descriptor opened here (as
+                # the sandbox's user, in its mount namespace) travels with the answer, and the bytes
+                # are not copied through this process and a socket on their way.
+                with conn.send_lock:
+                    socket.send_fds(conn.sock, [encode_json({"type": "ok", "size": st.st_size, "fd": True})], [fd])
+                return
             # The file as it was sized when opened: exactly that many bytes, so the size announced
             # first (the HTTP Content-Length) holds even while something appends to it. A file
             # truncated meanwhile ends short, which the client sees as an incomplete body.
@@ -955,10 +962,27 @@ class Daemon:
             raise _errno_error(exc, parent) from exc
         committed = False
         try:
-            conn.send({"type": "ready"})
             size = 0
-            buffer = bytearray(CHUNK_SIZE)
-            while True:
+            buffer: bytearray | None
+            if request.get("passFd") and conn.sock.family == socket.AF_UNIX:
+                # A client on this machine writes the temporary file itself (see op_read); this
+                # side only waits for its end, then commits as usual.
+                with conn.send_lock:
+                    socket.send_fds(conn.sock, [encode_json({"type": "ready", "fd": True})], [fd])
+                ending = conn.read_frame()
+                if ending is None:
+                    raise ClientGone
+                end = decode_json(ending[1]) if ending[0] == Kind.JSON else {}
+                if end.get("type") != "end":
+                    raise RequestError(ErrorCode.BAD_REQUEST, "expected an end message")
+                size = os.fstat(fd).st_size
+                if end.get("size") != size:
+                    raise RequestError(ErrorCode.BAD_REQUEST, f"the file holds {size} bytes, not {end.get('size')}")
+                buffer = None
+            else:
+                conn.send({"type": "ready"})
+                buffer = bytearray(CHUNK_SIZE)
+            while buffer is not None:
                 item = conn.read_frame_into(buffer)
                 if item is None:
                     raise ClientGone

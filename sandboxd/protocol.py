@@ -18,11 +18,15 @@ Operations and their replies (daemon -> client):
     ``{"type": "started", "pid"}``, then DATA (stdout) / DATA2 (stderr) frames as produced, then
     ``{"type": "exit", "exitCode", "timedOut", "signal"}``. A command that ran past ``timeout`` has its
     whole process group killed and ends with exit code ``TIMEOUT_EXIT_CODE``.
-``read`` ``{path}``
-    ``{"type": "ok", "size"}``, DATA frames, then ``{"type": "done", "size": <bytes sent>}``.
-``write`` ``{path, mode?}``
+``read`` ``{path, passFd?}``
+    ``{"type": "ok", "size"}``, DATA frames, then ``{"type": "done", "size": <bytes sent>}``. With
+    ``passFd`` over a unix socket, the answer is ``{"type": "ok", "size", "fd": true}`` carrying the
+    open file itself (SCM_RIGHTS), and nothing follows: the client reads ``size`` bytes from it.
+``write`` ``{path, mode?, passFd?}``
     ``{"type": "ready"}``; the client sends DATA frames and then ``{"type": "end"}``; the daemon answers
-    ``{"type": "done", "path", "size"}`` after an atomic rename.
+    ``{"type": "done", "path", "size"}`` after an atomic rename. With ``passFd`` over a unix socket,
+    ``{"type": "ready", "fd": true}`` carries the temporary file itself (SCM_RIGHTS): the client
+    writes it and sends ``{"type": "end", "size"}`` with the bytes it wrote, which must be the file's.
 ``process`` ``{argv? | command?, pty, cols, rows, workdir?, env?}``
     ``{"type": "started", "pid"}``; client DATA frames are stdin, ``{"type": "resize", cols, rows}``,
     ``{"type": "signal", "signal": "INT"}`` and ``{"type": "eof"}`` control it; the daemon sends DATA

@@ -8,9 +8,12 @@ thread and memory stays bounded by one chunk.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import os
 import socket
+import stat
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +36,7 @@ __all__ = [
     "DaemonClient",
     "DaemonError",
     "DaemonUnavailable",
+    "DescriptorFileReader",
     "ErrorCode",
     "ExecExit",
     "ExecOutput",
@@ -165,6 +169,46 @@ class _Connection:
         except OSError as exc:
             raise ConnectionError(str(exc)) from exc
 
+    async def message_with_fd(self) -> tuple[dict[str, Any], int | None]:
+        """The next message, and the descriptor sent along with it (SCM_RIGHTS) if any.
+
+        Only for a message that starts the conversation's answers (nothing buffered before it): the
+        descriptor arrives with the first byte of the message that carries it.
+        """
+        if self._end != self._start:
+            raise DaemonUnavailable("unexpected data from the sandbox daemon")
+        self._start = self._end = 0
+        while True:
+            try:
+                received, ancillary, _flags, _ = self.sock.recvmsg_into(
+                    [self._view], socket.CMSG_SPACE(array.array("i").itemsize), socket.MSG_CMSG_CLOEXEC
+                )
+                break
+            except BlockingIOError:
+                await self._readable()
+            except OSError as exc:
+                raise DaemonUnavailable(f"connection to the sandbox daemon broke: {exc}") from exc
+        fds: list[int] = []
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.extend(array.array("i", data[: len(data) - len(data) % array.array("i").itemsize]))
+        self._end = received
+        try:
+            if received == 0:
+                raise DaemonUnavailable("the sandbox daemon closed the connection")
+            return await self.message(), (fds.pop(0) if fds else None)
+        finally:
+            for extra in fds:
+                os.close(extra)
+
+    async def _readable(self) -> None:
+        waiter = self._loop.create_future()
+        self._loop.add_reader(self.sock.fileno(), waiter.set_result, None)
+        try:
+            await waiter
+        finally:
+            self._loop.remove_reader(self.sock.fileno())
+
     async def frame(self) -> tuple[int, bytes]:
         try:
             item = await self.read()
@@ -248,6 +292,121 @@ class FileReader(_OneRequest):
                     return
         finally:
             await self.aclose()
+
+
+def _pwrite_all(fd: int, pieces: list[bytes], offset: int) -> None:
+    views = [memoryview(piece) for piece in pieces]
+    while views:
+        written = os.pwritev(fd, views, offset)
+        offset += written
+        while views and written >= len(views[0]):
+            written -= len(views[0])
+            views.pop(0)
+        if views and written:
+            views[0] = views[0][written:]
+
+
+async def _write_to_descriptor(fd: int, data: bytes | AsyncIterable[bytes] | Iterable[bytes]) -> int:
+    """Write ``data`` to a file the daemon handed over; the bytes written.
+
+    Pieces are gathered into writes of about CHUNK_SIZE, each in a worker thread (a write can wait
+    for the disk) while the next pieces arrive; at most one write is in flight, so memory stays
+    bounded by two batches.
+    """
+    loop = asyncio.get_running_loop()
+    if not fd_is_regular(fd):
+        raise DaemonUnavailable("the sandbox daemon handed over something other than a regular file")
+    offset = 0
+    batch: list[bytes] = []
+    batched = 0
+    writing: asyncio.Future[None] | None = None
+
+    async def flush() -> None:
+        nonlocal writing, batch, batched, offset
+        if writing is not None:
+            await writing
+            writing = None
+        if batch:
+            writing = loop.run_in_executor(None, _pwrite_all, fd, batch, offset)
+            offset += batched
+            batch, batched = [], 0
+
+    try:
+        if isinstance(data, bytes | bytearray | memoryview):
+            batch, batched = [bytes(data)], len(data)
+        elif isinstance(data, AsyncIterable):
+            async for piece in data:
+                if piece:
+                    batch.append(piece)
+                    batched += len(piece)
+                    if batched >= CHUNK_SIZE:
+                        await flush()
+        else:
+            for piece in data:
+                if piece:
+                    batch.append(piece)
+                    batched += len(piece)
+        await flush()
+        await flush()  # the last batch's write itself
+    finally:
+        if writing is not None:
+            # The descriptor is closed after this: no thread may still be writing to it.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(writing)
+    return offset
+
+
+def fd_is_regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+class DescriptorFileReader:
+    """A file the daemon opened inside the sandbox and handed over (local runtime, unix socket): read
+    here, so its bytes are not relayed through the daemon. Same interface as ``FileReader``."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        if not fd_is_regular(fd):
+            os.close(fd)
+            raise DaemonUnavailable("the sandbox daemon handed over something other than a regular file")
+        self._fd = fd
+        self._pending: asyncio.Future[bytes] | None = None
+        self.size = size
+        self.received = 0
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._chunks()
+
+    def _read_next(self) -> asyncio.Future[bytes] | None:
+        if self.received >= self.size or self._fd < 0:
+            return None
+        # In a worker thread: a file not in the page cache must not stall the event loop.
+        length = min(CHUNK_SIZE, self.size - self.received)
+        return asyncio.get_running_loop().run_in_executor(None, os.pread, self._fd, length, self.received)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        try:
+            self._pending = self._read_next()
+            while self._pending is not None:
+                chunk = await self._pending
+                self._pending = None
+                if not chunk:
+                    return  # truncated since it was opened: the body ends short
+                self.received += len(chunk)
+                # The next read runs while this chunk is being sent.
+                self._pending = self._read_next()
+                yield chunk
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            # Closed only once no thread can still be reading it (the number could be reused).
+            with contextlib.suppress(Exception):
+                await asyncio.shield(pending)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 class ExecStream(_OneRequest):
@@ -463,15 +622,25 @@ class DaemonClient:
                 exit_event = event
         return ExecResult(b"".join(out), b"".join(err), exit_event.exit_code, exit_event.timed_out)
 
-    async def open_file(self, path: str) -> FileReader:
-        """Open a file for streaming; errors (missing, directory, relative path) raise here."""
-        connection = await self._open("read", path=path)
+    async def open_file(self, path: str, *, pass_fd: bool | None = None) -> FileReader | DescriptorFileReader:
+        """Open a file for streaming; errors (missing, directory, relative path) raise here.
+
+        Over a unix socket (the daemon runs on this machine) the daemon hands over the open file
+        and it is read here directly; otherwise (or with ``pass_fd=False``) its bytes come through
+        the daemon.
+        """
+        local = self.address.unix_path is not None if pass_fd is None else pass_fd
+        connection = await self._open("read", path=path, **({"passFd": True} if local else {}))
         try:
-            message = await connection.message()
+            message, fd = await connection.message_with_fd() if local else (await connection.message(), None)
         except BaseException:
             connection.abort()
             raise
-        return FileReader(connection, int(message.get("size", 0)))
+        size = int(message.get("size", 0))
+        if fd is None:
+            return FileReader(connection, size)
+        connection.abort()  # nothing else comes over it
+        return DescriptorFileReader(fd, size)
 
     async def read_file(self, path: str) -> AsyncIterator[bytes]:
         reader = await self.open_file(path)
@@ -484,10 +653,25 @@ class DaemonClient:
         data: bytes | AsyncIterable[bytes] | Iterable[bytes],
         *,
         mode: int | None = None,
+        pass_fd: bool | None = None,
     ) -> WriteResult:
-        """Write a file atomically (temp file + rename), creating missing parent directories."""
-        async with self._request("write", path=path, mode=mode) as connection:
-            await connection.message()  # "ready", or the error for a bad path
+        """Write a file atomically (temp file + rename), creating missing parent directories.
+
+        Over a unix socket the daemon hands over its temporary file and it is written here
+        directly (``pass_fd``, as for ``open_file``); the daemon still creates and commits it.
+        """
+        local = self.address.unix_path is not None if pass_fd is None else pass_fd
+        async with self._request("write", path=path, mode=mode, **({"passFd": True} if local else {})) as connection:
+            # "ready", or the error for a bad path
+            _ready, fd = await connection.message_with_fd() if local else (await connection.message(), None)
+            if fd is not None:
+                try:
+                    written = await _write_to_descriptor(fd, data)
+                finally:
+                    os.close(fd)
+                await connection.send({"type": "end", "size": written})
+                message = await connection.message()
+                return WriteResult(str(message.get("path", path)), int(message.get("size", 0)))
             sending = asyncio.ensure_future(self._send_chunks(connection, data))
             try:
                 await sending

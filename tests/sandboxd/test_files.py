@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import tracemalloc
@@ -9,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sandboxes.daemon_client import DaemonClient, DaemonError
+from sandboxes.daemon_client import DaemonClient, DaemonError, DescriptorFileReader, FileReader
 
 
 async def read_all(client: DaemonClient, path: str) -> bytes:
@@ -77,11 +78,35 @@ async def test_write_errors(client: DaemonClient, path: str, code: str) -> None:
     assert error.value.code == code
 
 
-async def test_open_file_reports_size_before_content(client: DaemonClient) -> None:
+@pytest.mark.parametrize("pass_fd", [True, False], ids=["handed-over", "relayed"])
+async def test_open_file_reports_size_before_content(client: DaemonClient, pass_fd: bool) -> None:
     await client.write_file("/tmp/sized", b"x" * 1000)
-    reader = await client.open_file("/tmp/sized")
+    reader = await client.open_file("/tmp/sized", pass_fd=pass_fd)
+    assert isinstance(reader, DescriptorFileReader if pass_fd else FileReader)
     assert reader.size == 1000
     assert len(b"".join([chunk async for chunk in reader])) == 1000
+
+
+@pytest.mark.parametrize("pass_fd", [True, False], ids=["handed-over", "relayed"])
+async def test_a_file_is_read_as_it_was_sized_when_opened(client: DaemonClient, pass_fd: bool) -> None:
+    # Both ways of reading give exactly the bytes of a multi-chunk file, and no more than it held
+    # when it was opened, even while something appends to it.
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    await client.write_file("/tmp/growing", data)
+    reader = await client.open_file("/tmp/growing", pass_fd=pass_fd)
+    await client.run("head -c 100000 /dev/zero >> /tmp/growing")
+    assert b"".join([chunk async for chunk in reader]) == data
+
+
+async def test_a_handed_over_file_closed_early_is_released(client: DaemonClient) -> None:
+    await client.write_file("/tmp/early", os.urandom(4 * 1024 * 1024))
+    before = len(os.listdir("/proc/self/fd"))
+    reader = await client.open_file("/tmp/early")
+    assert isinstance(reader, DescriptorFileReader)
+    async for _ in reader:
+        break
+    await reader.aclose()
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 @pytest.mark.slow
@@ -126,3 +151,35 @@ async def test_frames_of_any_size_in_any_order(client: DaemonClient) -> None:
     data = b"".join(pieces)
     assert result.size == len(data)
     assert hashlib.sha256(await read_all(client, "/tmp/mixed.bin")).hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("pass_fd", [True, False], ids=["handed-over", "relayed"])
+async def test_writes_both_ways_commit_exactly_what_was_sent(client: DaemonClient, pass_fd: bool) -> None:
+    pieces = [os.urandom(size) for size in (1, 65536, 3 * 1024 * 1024 + 5, 200_000, 7)]
+
+    async def produce() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    result = await client.write_file("/home/ubuntu/both/ways.bin", produce(), pass_fd=pass_fd, mode=0o640)
+    data = b"".join(pieces)
+    assert (result.path, result.size) == ("/home/ubuntu/both/ways.bin", len(data))
+    assert await read_all(client, "/home/ubuntu/both/ways.bin") == data
+    assert (await client.run("stat -c '%a %U' ~/both/ways.bin")).text == "640 ubuntu\n"
+
+
+@pytest.mark.parametrize("pass_fd", [True, False], ids=["handed-over", "relayed"])
+async def test_a_write_that_fails_half_way_leaves_nothing(client: DaemonClient, pass_fd: bool) -> None:
+    async def produce() -> AsyncIterator[bytes]:
+        yield os.urandom(2 * 1024 * 1024)
+        raise RuntimeError("the upload broke off")
+
+    with pytest.raises(RuntimeError):
+        await client.write_file("/home/ubuntu/halfway/file.bin", produce(), pass_fd=pass_fd)
+    # The daemon notices the connection closing and removes its temporary file.
+    for _ in range(50):
+        listing = (await client.run("ls -A ~/halfway")).text
+        if not listing:
+            break
+        await asyncio.sleep(0.05)
+    assert listing == ""
