@@ -65,9 +65,11 @@ def issue_sandbox_token(*, user: User, organization: Organization, sandbox_id: s
 
 def revoke_sandbox_tokens(*, sandbox_id: str) -> int:
     """Called when a sandbox is destroyed: its credentials die with it."""
-    revoked = ApiToken.objects.filter(sandbox_id=sandbox_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    live = ApiToken.objects.filter(sandbox_id=sandbox_id, revoked_at__isnull=True)
+    hashes = list(live.values_list("token_hash", flat=True))
+    revoked = live.update(revoked_at=timezone.now())
     if revoked:
-        _forget_cached_principals()
+        _forget_cached_principals(hashes)
     return revoked
 
 
@@ -94,18 +96,19 @@ def revoke_token(*, token: ApiToken) -> ApiToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
-        _forget_cached_principals()
+        _forget_cached_principals([token.token_hash])
     return token
 
 
-def _forget_cached_principals() -> None:
+def _forget_cached_principals(token_hashes: list[str]) -> None:
     # Imported here: common.auth imports this app's models. Dropped now, so this process stops
-    # accepting the token at once, and again after commit, so a lookup that read the token just
-    # before the revocation committed cannot keep it cached.
+    # accepting the tokens at once, and again after commit, so a lookup that read one just before
+    # the revocation committed cannot keep it cached. Only these tokens: every sandbox destroy
+    # revokes its own, and other callers' principals stay cached.
     from common.auth import forget_cached_principals
 
-    forget_cached_principals()
-    transaction.on_commit(forget_cached_principals)
+    forget_cached_principals(token_hashes)
+    transaction.on_commit(lambda: forget_cached_principals(token_hashes))
 
 
 @transaction.atomic

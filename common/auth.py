@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -128,9 +128,17 @@ def principal_for_request_cached(request: HttpRequest) -> Principal:
     return _principal_for_request(request, principal_from_raw_token_cached)
 
 
-def forget_cached_principals() -> None:
-    """Drop every cached principal of this process (called when tokens are revoked)."""
-    _principals.forget()
+def forget_cached_principals(token_hashes: Iterable[str] | None = None) -> None:
+    """Drop the cached principals of these tokens (by hash; every one when None), in this process.
+
+    Either way, a lookup already under way when this is called stores nothing (it may have read a
+    token just revoked)."""
+    if token_hashes is None:
+        _principals.forget()
+        return
+    for token_hash in token_hashes:
+        _principals.discard(token_hash)
+    _principals.invalidate_pending()
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):

@@ -61,6 +61,11 @@ class TtlCache(Generic[K, V]):
             self.generation += 1
             self._entries.pop(key, None)
 
+    def invalidate_pending(self) -> None:
+        """Invalidate lookups under way (see ``put``) without dropping any entry."""
+        with self._lock:
+            self.generation += 1
+
     def forget(self) -> None:
         with self._lock:
             self.generation += 1

@@ -72,6 +72,8 @@ ARGV_COMMAND_LIMIT = 100_000
 # How long output from an exited command's pipes is still collected when a background process it
 # started keeps them open; after that the exec is reported done and the pipes are drained silently.
 LINGER_SECONDS = 0.2
+# At most this long between a command's start and the client hearing of it (see _supervise).
+STARTED_DELAY_SECONDS = 0.005
 
 AUTH_TIMEOUT_SECONDS = 10.0
 # An exec or process started while the sandbox fetches its credentials waits for them (so it sees
@@ -200,6 +202,7 @@ class Connection:
         self.sock = sock
         self.rfile: io.BufferedReader = sock.makefile("rb", buffering=CHUNK_SIZE)  # type: ignore[assignment]
         self.send_lock = threading.Lock()
+        self.pending = b""
 
     def read_frame(self) -> tuple[int, bytes] | None:
         header = self._header()
@@ -240,15 +243,29 @@ class Connection:
     def send_data(self, kind: int, data: bytes) -> None:
         header = HEADER.pack(kind, len(data))
         with self.send_lock:
-            sent = self.sock.sendmsg([header, data])
-            total = HEADER_SIZE + len(data)
+            pending, self.pending = self.pending, b""
+            sent = self.sock.sendmsg([pending, header, data])
+            total = len(pending) + HEADER_SIZE + len(data)
             if sent < total:
                 # A signal (SIGCHLD) can interrupt a large send part-way.
-                self.sock.sendall((header + data)[sent:])
+                self.sock.sendall((pending + header + data)[sent:])
 
     def send(self, message: dict[str, Any]) -> None:
         with self.send_lock:
-            self.sock.sendall(encode_json(message))
+            pending, self.pending = self.pending, b""
+            self.sock.sendall(pending + encode_json(message))
+
+    def defer(self, message: dict[str, Any]) -> None:
+        """Send ``message`` with whatever is sent next (one wake-up of the client for both), or at
+        ``flush``."""
+        with self.send_lock:
+            self.pending += encode_json(message)
+
+    def flush(self) -> None:
+        with self.send_lock:
+            pending, self.pending = self.pending, b""
+            if pending:
+                self.sock.sendall(pending)
 
     def close(self) -> None:
         # shutdown() first: it wakes a thread blocked reading this socket, which close() would not.
@@ -359,6 +376,22 @@ class Children:
             if waiter is not None:
                 waiter[1].append(os.waitstatus_to_exitcode(wait_status))
                 waiter[0].set()
+
+    def collect(self, pid: int) -> None:
+        """Reap ``pid`` now if it has exited, sparing its waiter the hand-off from the reaper thread."""
+        with self._lock:
+            waiter = self._waiters.get(pid)
+            if waiter is None:
+                return  # already reaped
+            try:
+                reaped, wait_status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return  # the reaper thread has it: its waiter is about to be told
+            if reaped != pid:
+                return
+            del self._waiters[pid]
+        waiter[1].append(os.waitstatus_to_exitcode(wait_status))
+        waiter[0].set()
 
     def forget(self, pid: int) -> None:
         with self._lock:
@@ -651,15 +684,22 @@ class Daemon:
         gone = False
         linger_until: float | None = None
         try:
-            conn.send({"type": "started", "pid": pid})
+            # "started" goes out with the first output or the exit, whichever comes first, or on its
+            # own after STARTED_DELAY_SECONDS: a short command then costs the client one wake-up.
+            conn.defer({"type": "started", "pid": pid})
+            started_by = time.monotonic() + STARTED_DELAY_SECONDS
             while outputs:
                 now = time.monotonic()
+                if conn.pending and now >= started_by:
+                    conn.flush()
                 if exited.is_set() and linger_until is None:
                     linger_until = now + LINGER_SECONDS
                 limits = [t for t in (deadline, linger_until) if t is not None]
                 wait = min(limits) - now if limits else None
                 if pidfd is None and not exited.is_set():
                     wait = 0.05 if wait is None else min(wait, 0.05)
+                if conn.pending and (wait is None or wait > started_by - now):
+                    wait = started_by - now  # positive: it was flushed above otherwise
                 if wait is not None and wait <= 0:
                     if linger_until is not None and now >= linger_until:
                         break
@@ -668,8 +708,10 @@ class Daemon:
                 for key, _ in selector.select(wait):
                     fd = key.fd
                     if fd == pidfd:
-                        # Exit is signalled here; the status arrives through the reaper.
+                        # Exit is signalled here; the status is collected at once (or, if the
+                        # reaper thread was quicker, arrives from it).
                         selector.unregister(fd)
+                        self.children.collect(pid)
                         exited.wait(1.0)
                         continue
                     if fd == client_fd:

@@ -15,6 +15,7 @@ overlaps the client's next request instead of adding to the create, and the firs
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import threading
 from collections.abc import Callable
@@ -133,8 +134,10 @@ def start_provisioning(sandbox: Sandbox) -> threading.Thread:
     A failure is recorded on the sandbox (``credentials.error``) and left to the refresh job.
     """
     accepted = threading.Event()
-    # Loaded here, so the thread only reads the instance the create goes on to serialize.
+    # A copy of its own (with the organization loaded): the create goes on changing and
+    # serializing the caller's instance.
     assert sandbox.organization is not None
+    sandbox = copy.copy(sandbox)
 
     def run() -> None:
         try:

@@ -103,10 +103,15 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
             raise ApiError(
                 status_code=503, code="sandbox_start_failed", message=f"The sandbox could not be started: {exc}"
             ) from exc
+    sandbox.daemon_address = str(handle.address)
+    sandbox.daemon_secret_encrypted = encrypt(handle.secret)
+    # The credentials exchange starts now, alongside the bookkeeping below: its round trip is what
+    # the first command waits for (the exchange accepts a sandbox that is still "creating").
+    credentials.start_provisioning(sandbox)
     started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
         status=SandboxStatus.RUNNING,
-        daemon_address=str(handle.address),
-        daemon_secret_encrypted=encrypt(handle.secret),
+        daemon_address=sandbox.daemon_address,
+        daemon_secret_encrypted=sandbox.daemon_secret_encrypted,
         limits=_limits_record(handle),
         last_activity_at=timezone.now(),
     )
@@ -120,7 +125,6 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
     sandbox.refresh_from_db()
     # Whoever creates a sandbox usually runs something in it next, and this process knows its daemon.
     remember_running(sandbox)
-    credentials.start_provisioning(sandbox)
     record_event(
         organization=principal.organization,
         event_type=EventType.SANDBOX_CREATE,

@@ -73,6 +73,33 @@ def test_revoking_a_sandboxs_tokens_takes_effect_at_once(owner: Actor) -> None:
         principal_from_raw_token_cached(issued.raw)
 
 
+def test_a_revocation_keeps_every_other_tokens_principal(owner: Actor, teammate: Actor) -> None:
+    # Every sandbox destroy revokes the sandbox's own tokens; its owner's next request must not pay
+    # for a fresh lookup because of it.
+    issued = services.issue_sandbox_token(user=owner.user, organization=owner.organization, sandbox_id="sbx_other")
+    kept = [principal_from_raw_token_cached(raw) for raw in (owner.token, teammate.token)]
+    principal_from_raw_token_cached(issued.raw)
+    services.revoke_sandbox_tokens(sandbox_id="sbx_other")
+    assert cached_principal(issued.raw) is None
+    assert [cached_principal(owner.token), cached_principal(teammate.token)] == kept
+    services.revoke_token(token=_token(teammate))
+    assert cached_principal(teammate.token) is None
+    assert cached_principal(owner.token) is kept[0]
+
+
+def test_a_lookup_that_raced_a_targeted_revocation_is_not_kept(owner: Actor, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = auth.principal_from_raw_token
+
+    def revoked_meanwhile(raw: str) -> Any:
+        principal = original(raw)
+        forget_cached_principals([hash_token(raw)])
+        return principal
+
+    monkeypatch.setattr(auth, "principal_from_raw_token", revoked_meanwhile)
+    principal_from_raw_token_cached(owner.token)
+    assert cached_principal(owner.token) is None
+
+
 def test_changes_made_elsewhere_take_effect_within_the_bound(owner: Actor, settings: Any) -> None:
     settings.PRINCIPAL_CACHE_SECONDS = 0.3
     principal_from_raw_token_cached(owner.token)
