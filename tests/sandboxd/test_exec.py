@@ -45,6 +45,15 @@ async def test_events_start_with_pid_and_end_with_exit(client: DaemonClient) -> 
     assert (stdout, stderr) == (b"out\n", b"err\n")
 
 
+async def test_a_silent_command_is_reported_started_while_it_runs(client: DaemonClient) -> None:
+    # "started" may wait for the first output or the exit, but only a few milliseconds: a command
+    # that prints nothing for seconds is still known to run long before it ends.
+    events = client.exec("sleep 3")
+    first = await asyncio.wait_for(anext(aiter(events)), 1.5)
+    assert isinstance(first, ExecStarted) and first.pid > 1
+    await events.aclose()  # type: ignore[attr-defined]
+
+
 async def test_killed_by_signal_reports_128_plus_signal(client: DaemonClient) -> None:
     events = [event async for event in client.exec("kill -KILL $$")]
     assert events[-1] == ExecExit(exit_code=137, timed_out=False, signal="SIGKILL")
