@@ -31,8 +31,37 @@ def record_event(
     data: dict[str, Any] | None = None,
 ) -> AuditEvent:
     """Insert one event. A single INSERT with no read-modify-write, so concurrent writers never collide."""
+    event = build_event(
+        organization=organization,
+        event_type=event_type,
+        sandbox_id=sandbox_id,
+        principal=principal,
+        user=user,
+        address=address,
+        data=data,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def record_events(events: list[dict[str, Any]]) -> None:
+    """Insert several events (``record_event``'s arguments each) with one statement."""
+    AuditEvent.objects.bulk_create([build_event(**event) for event in events])
+
+
+def build_event(
+    *,
+    organization: Organization,
+    event_type: str,
+    sandbox_id: str = "",
+    principal: Principal | None = None,
+    user: User | None = None,
+    address: str = "",
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """An event as ``record_event`` stores it, not yet saved."""
     actor = principal.user if principal is not None else user
-    return AuditEvent.objects.create(
+    return AuditEvent(
         organization=organization,
         event_type=event_type,
         sandbox_id=sandbox_id,
