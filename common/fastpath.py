@@ -154,6 +154,46 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
+class _JoinedEnd:
+    """An ASGI ``send`` that sends a stream's last part and its end together.
+
+    Django ends every streamed body with an empty message of its own, and the server writes each
+    message to the socket: for a short stream (an exec of `true` is one line) that is one more
+    write, and one more wake-up of the client, than the content needs. A body part is held until
+    the current turn of the event loop is over: if the end comes within it, both go out as one
+    message; if not, the part goes out then, on its own, so streaming is never delayed.
+    """
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._held: dict[str, Any] | None = None
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def __call__(self, message: Mapping[str, Any]) -> None:
+        if self._flushing is not None:
+            flushing, self._flushing = self._flushing, None
+            await flushing
+        held, self._held = self._held, None
+        if message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        if held is not None:
+            if not message.get("more_body", False):
+                await self._send({**message, "body": held["body"] + message.get("body", b"")})
+                return
+            await self._send(held)
+        if message.get("more_body", False):
+            self._held = dict(message)
+            asyncio.get_running_loop().call_soon(self._flush_soon)
+        else:
+            await self._send(message)
+
+    def _flush_soon(self) -> None:
+        if self._held is not None and self._flushing is None:
+            held, self._held = self._held, None
+            self._flushing = asyncio.ensure_future(self._send(held))
+
+
 def _unused_get_response(request: HttpRequest) -> HttpResponseBase:  # pragma: no cover - never called
     raise AssertionError("middleware hooks are called directly")
 
@@ -254,7 +294,7 @@ class DirectAsgi:
         async def respond() -> HttpResponseBase:
             response = await self._response(request, view, kwargs)
             try:
-                await self.app.send_response(response, send)
+                await self.app.send_response(response, _JoinedEnd(send) if response.streaming else send)
             except asyncio.CancelledError:
                 pass  # the client went away while the response was being sent
             return response
