@@ -11,6 +11,7 @@ import pytest
 from accounts.models import ApiToken, hash_token
 from audit.models import AuditEvent, EventType
 from sandboxes.models import Sandbox
+from tests.conftest import Actor
 from tests.sandboxes.conftest import exec_lines, stdout_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,3 +132,33 @@ def test_a_failed_refresh_is_visible_revoked_and_retried_until_it_succeeds(
     assert refreshed.filter(data__via="refresh").count() == 1
     # Healthy again: nothing is due until the new token nears its expiry.
     assert tasks.refresh_credentials() == {}
+
+
+def test_a_sandbox_whose_first_exchange_was_lost_is_due_for_refresh(enabled: Actor) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sandboxes.credentials import PROVISIONING_GRACE, due_for_refresh
+    from sandboxes.models import SandboxStatus
+
+    def running(age: timedelta, **fields: Any) -> str:
+        sandbox = Sandbox.objects.create(
+            organization=enabled.organization,
+            created_by=enabled.user,
+            runtime="local",
+            status=SandboxStatus.RUNNING,
+            last_activity_at=timezone.now(),
+            **fields,
+        )
+        Sandbox.objects.filter(pk=sandbox.pk).update(created_at=timezone.now() - age)
+        return str(sandbox.pk)
+
+    lost = running(PROVISIONING_GRACE + timedelta(seconds=5))
+    # Still within its create's own exchange: not the refresh job's yet.
+    provisioning = running(timedelta(seconds=1))
+    healthy = running(PROVISIONING_GRACE * 2, credentials_expires_at=timezone.now() + timedelta(seconds=3600))
+    due = {sandbox.pk for sandbox in due_for_refresh()}
+    assert lost in due
+    assert provisioning not in due
+    assert healthy not in due
