@@ -192,6 +192,14 @@ class _JoinedEnd:
         if self._held is not None and self._flushing is None:
             held, self._held = self._held, None
             self._flushing = asyncio.ensure_future(self._send(held))
+            # Its failure reaches the next send; a response abandoned before one (the client went
+            # away) must not leave it unretrieved, to be logged as an error at collection.
+            self._flushing.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _unused_get_response(request: HttpRequest) -> HttpResponseBase:  # pragma: no cover - never called
