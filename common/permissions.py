@@ -7,12 +7,19 @@ from typing import Any
 from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
+from common.errors import ApiError
 from common.principal import Principal
 
 
 class ReadOnlyToken(exceptions.PermissionDenied):
     default_detail = "This token is read-only."
     default_code = "read_only_token"
+
+
+def require_writable(principal: Principal) -> None:
+    """For views outside DRF (served from ASGI): refuse a read-only token as DRF's permission does."""
+    if principal.read_only:
+        raise ApiError(status_code=403, code=ReadOnlyToken.default_code, message=str(ReadOnlyToken.default_detail))
 
 
 class IsOrganizationMember(permissions.BasePermission):

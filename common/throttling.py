@@ -49,21 +49,20 @@ class TokenExchangeThrottle(_SettingsRate):
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
 
-def exchange_allowed(request: HttpRequest) -> tuple[bool, int | None]:
-    """Whether one more token exchange from this address is allowed; if not, seconds to wait."""
-    throttle = TokenExchangeThrottle()
-    # The exchange is a plain Django view: the throttle reads nothing but request.META from it.
+def _allowed(throttle: SimpleRateThrottle, request: HttpRequest) -> tuple[bool, int | None]:
+    # A plain Django request: the throttles here read nothing but request.META from it.
     if throttle.allow_request(cast(Any, request), cast(Any, None)):
         return True, None
     wait = throttle.wait()
     return False, int(wait) + 1 if wait is not None else None
+
+
+def exchange_allowed(request: HttpRequest) -> tuple[bool, int | None]:
+    """Whether one more token exchange from this address is allowed; if not, seconds to wait."""
+    return _allowed(TokenExchangeThrottle(), request)
 
 
 def api_request_allowed(request: HttpRequest) -> tuple[bool, int | None]:
     """Whether one more REST request with this (authenticated) token is allowed; if not, seconds to
     wait. For the REST views served from ASGI, which DRF's throttling does not see."""
-    throttle = TokenRateThrottle()
-    if throttle.allow_request(cast(Any, request), cast(Any, None)):
-        return True, None
-    wait = throttle.wait()
-    return False, int(wait) + 1 if wait is not None else None
+    return _allowed(TokenRateThrottle(), request)

@@ -255,6 +255,15 @@ class Connection:
             pending, self.pending = self.pending, b""
             self.sock.sendall(pending + encode_json(message))
 
+    def passes_fds(self, request: dict[str, Any]) -> bool:
+        """Whether the client asked for descriptors and can receive them (a unix socket)."""
+        return bool(request.get("passFd")) and self.sock.family == socket.AF_UNIX
+
+    def send_with_fd(self, message: dict[str, Any], fd: int) -> None:
+        """``message`` carrying a duplicate of ``fd`` (SCM_RIGHTS); the first of the answer."""
+        with self.send_lock:
+            socket.send_fds(self.sock, [encode_json(message)], [fd])
+
     def defer(self, message: dict[str, Any]) -> None:
         """Send ``message`` with whatever is sent next (one wake-up of the client for both), or at
         ``flush``."""
@@ -420,6 +429,7 @@ class Daemon:
         }
 
     def child_env(self, extra: Mapping[str, str], *, term: str | None = None) -> dict[str, str]:
+        """The environment of a command about to start (held while credentials are being fetched)."""
         if not self._credentials_ready.is_set():
             self._credentials_ready.wait(max(0.0, self._credentials_deadline - time.monotonic()))
         cfg = self.config
@@ -947,12 +957,11 @@ class Daemon:
             if not stat.S_ISREG(st.st_mode):
                 raise RequestError(ErrorCode.BAD_REQUEST, f"{path}: not a regular file")
             os.set_blocking(fd, True)
-            if request.get("passFd") and conn.sock.family == socket.AF_UNIX:
+            if conn.passes_fds(request):
                 # A client on this machine reads the file itself: the descriptor opened here (as
                 # the sandbox's user, in its mount namespace) travels with the answer, and the bytes
                 # are not copied through this process and a socket on their way.
-                with conn.send_lock:
-                    socket.send_fds(conn.sock, [encode_json({"type": "ok", "size": st.st_size, "fd": True})], [fd])
+                conn.send_with_fd({"type": "ok", "size": st.st_size, "fd": True}, fd)
                 return
             # The file as it was sized when opened: exactly that many bytes, so the size announced
             # first (the HTTP Content-Length) holds even while something appends to it. A file
@@ -1006,11 +1015,10 @@ class Daemon:
         try:
             size = 0
             buffer: bytearray | None
-            if request.get("passFd") and conn.sock.family == socket.AF_UNIX:
+            if conn.passes_fds(request):
                 # A client on this machine writes the temporary file itself (see op_read); this
                 # side only waits for its end, then commits as usual.
-                with conn.send_lock:
-                    socket.send_fds(conn.sock, [encode_json({"type": "ready", "fd": True})], [fd])
+                conn.send_with_fd({"type": "ready", "fd": True}, fd)
                 ending = conn.read_frame()
                 if ending is None:
                     raise ClientGone

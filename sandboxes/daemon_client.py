@@ -224,6 +224,12 @@ class _Connection:
             for extra in fds:
                 os.close(extra)
 
+    async def answer(self, *, with_fd: bool) -> tuple[dict[str, Any], int | None]:
+        """The first message of the daemon's answer, with the descriptor it carries if asked for."""
+        if with_fd:
+            return await self.message_with_fd()
+        return await self.message(), None
+
     async def _readable(self) -> None:
         waiter = self._loop.create_future()
         self._loop.add_reader(self.sock.fileno(), waiter.set_result, None)
@@ -333,7 +339,24 @@ class FileReader(_OneRequest):
             await self.aclose()
 
 
-def _pwrite_all(fd: int, pieces: list[bytes], offset: int) -> None:
+async def _pieces(data: bytes | AsyncIterable[bytes] | Iterable[bytes]) -> AsyncIterator[bytes | memoryview]:
+    """What a write sends, piece by piece: whole bytes in CHUNK_SIZE slices, iterables as they come
+    (empty pieces skipped)."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        view = memoryview(data)
+        for start in range(0, len(view), CHUNK_SIZE):
+            yield view[start : start + CHUNK_SIZE]
+    elif isinstance(data, AsyncIterable):
+        async for piece in data:
+            if piece:
+                yield piece
+    else:
+        for piece in data:
+            if piece:
+                yield piece
+
+
+def _pwrite_all(fd: int, pieces: list[bytes | memoryview], offset: int) -> None:
     views = [memoryview(piece) for piece in pieces]
     while views:
         written = os.pwritev(fd, views, offset)
@@ -356,7 +379,7 @@ async def _write_to_descriptor(fd: int, data: bytes | AsyncIterable[bytes] | Ite
     if not fd_is_regular(fd):
         raise DaemonUnavailable("the sandbox daemon handed over something other than a regular file")
     offset = 0
-    batch: list[bytes] = []
+    batch: list[bytes | memoryview] = []
     batched = 0
     writing: asyncio.Future[None] | None = None
 
@@ -371,20 +394,11 @@ async def _write_to_descriptor(fd: int, data: bytes | AsyncIterable[bytes] | Ite
             batch, batched = [], 0
 
     try:
-        if isinstance(data, bytes | bytearray | memoryview):
-            batch, batched = [bytes(data)], len(data)
-        elif isinstance(data, AsyncIterable):
-            async for piece in data:
-                if piece:
-                    batch.append(piece)
-                    batched += len(piece)
-                    if batched >= CHUNK_SIZE:
-                        await flush()
-        else:
-            for piece in data:
-                if piece:
-                    batch.append(piece)
-                    batched += len(piece)
+        async for piece in _pieces(data):
+            batch.append(piece)
+            batched += len(piece)
+            if batched >= CHUNK_SIZE:
+                await flush()
         await flush()
         await flush()  # the last batch's write itself
     finally:
@@ -668,6 +682,10 @@ class DaemonClient:
                 exit_event = event
         return ExecResult(b"".join(out), b"".join(err), exit_event.exit_code, exit_event.timed_out)
 
+    def _passes_fds(self, pass_fd: bool | None) -> bool:
+        """Whether to ask the daemon for the file itself: by default when it is on this machine."""
+        return self.address.unix_path is not None if pass_fd is None else pass_fd
+
     async def open_file(self, path: str, *, pass_fd: bool | None = None) -> FileReader | DescriptorFileReader:
         """Open a file for streaming; errors (missing, directory, relative path) raise here.
 
@@ -675,10 +693,10 @@ class DaemonClient:
         and it is read here directly; otherwise (or with ``pass_fd=False``) its bytes come through
         the daemon.
         """
-        local = self.address.unix_path is not None if pass_fd is None else pass_fd
-        connection = await self._open("read", path=path, **({"passFd": True} if local else {}))
+        local = self._passes_fds(pass_fd)
+        connection = await self._open("read", path=path, passFd=local)
         try:
-            message, fd = await connection.message_with_fd() if local else (await connection.message(), None)
+            message, fd = await connection.answer(with_fd=local)
         except BaseException:
             connection.abort()
             raise
@@ -706,10 +724,10 @@ class DaemonClient:
         Over a unix socket the daemon hands over its temporary file and it is written here
         directly (``pass_fd``, as for ``open_file``); the daemon still creates and commits it.
         """
-        local = self.address.unix_path is not None if pass_fd is None else pass_fd
-        async with self._request("write", path=path, mode=mode, **({"passFd": True} if local else {})) as connection:
+        local = self._passes_fds(pass_fd)
+        async with self._request("write", path=path, mode=mode, passFd=local) as connection:
             # "ready", or the error for a bad path
-            _ready, fd = await connection.message_with_fd() if local else (await connection.message(), None)
+            _ready, fd = await connection.answer(with_fd=local)
             if fd is not None:
                 try:
                     written = await _write_to_descriptor(fd, data)
@@ -730,18 +748,8 @@ class DaemonClient:
 
     @staticmethod
     async def _send_chunks(connection: _Connection, data: bytes | AsyncIterable[bytes] | Iterable[bytes]) -> None:
-        if isinstance(data, bytes | bytearray | memoryview):
-            view = memoryview(data)
-            for start in range(0, len(view), CHUNK_SIZE):
-                await connection.send_data(view[start : start + CHUNK_SIZE])
-        elif isinstance(data, AsyncIterable):
-            async for chunk in data:
-                if chunk:
-                    await connection.send_data(chunk)
-        else:
-            for chunk in data:
-                if chunk:
-                    await connection.send_data(chunk)
+        async for piece in _pieces(data):
+            await connection.send_data(piece)
         await connection.send({"type": "end"})
 
     async def open_process(

@@ -115,13 +115,13 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
         limits=_limits_record(handle),
         last_activity_at=timezone.now(),
     )
-    if started:
-        # Its activity was just recorded: the first operations after the create need not write it again.
-        touch_due(sandbox.pk, 0.0, force=True)
     if not started:
         # Destroyed while it was starting: nothing may keep running for it.
         get_runtime().destroy(sandbox.pk)
         raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
+    # Its activity was just recorded: the first operations after the create need not write it again.
+    with _touched_lock:
+        _remember_touch(sandbox.pk, time.monotonic())
     sandbox.refresh_from_db()
     # Whoever creates a sandbox usually runs something in it next, and this process knows its daemon.
     remember_running(sandbox)
@@ -175,24 +175,29 @@ _touched: dict[str, float] = {}
 _touched_lock = threading.Lock()
 
 
-def touch_due(sandbox_id: str, unless_within: float, *, force: bool = False) -> bool:
+def touch_due(sandbox_id: str, unless_within: float) -> bool:
     """Whether an operation now should record activity; if so, it is counted as recorded.
 
     False when this process recorded the sandbox's activity less than ``unless_within`` seconds
     ago: the reaper counts idleness in minutes, so a burst of operations needs one write (a commit,
-    on SQLite a disk sync), not one each. ``force`` counts it as recorded now, whatever came before.
+    on SQLite a disk sync), not one each.
     """
-    if unless_within <= 0 and not force:
+    if unless_within <= 0:
         return True
     now = time.monotonic()
     with _touched_lock:
         last = _touched.get(sandbox_id)
-        if last is not None and now - last < unless_within and not force:
+        if last is not None and now - last < unless_within:
             return False
-        if len(_touched) > 10_000:
-            _touched.clear()
-        _touched[sandbox_id] = now
+        _remember_touch(sandbox_id, now)
     return True
+
+
+def _remember_touch(sandbox_id: str, now: float) -> None:
+    # Under _touched_lock.
+    if len(_touched) > 10_000:
+        _touched.clear()
+    _touched[sandbox_id] = now
 
 
 def touch(*, sandbox_id: str, unless_within: float = 0.0) -> None:

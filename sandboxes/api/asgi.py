@@ -23,6 +23,7 @@ from audit.services import client_address
 from common.asyncviews import api_async_view
 from common.errors import error_response
 from common.fastpath import Routes, View
+from common.permissions import require_writable
 from common.principal import Principal
 from common.throttling import api_request_allowed
 from sandboxes import services
@@ -56,9 +57,7 @@ _acreate = sync_to_async(_create, thread_sensitive=False)
 
 @api_async_view("POST")
 async def _create_view(request: HttpRequest, principal: Principal) -> HttpResponseBase:
-    if principal.read_only:
-        # As DRF's IsOrganizationMember answers a read-only token's POST.
-        return error_response(403, "read_only_token", "This token is read-only.")
+    require_writable(principal)
     return await _acreate(request, principal)
 
 

@@ -27,6 +27,7 @@ from common.asyncviews import api_async_view
 from common.batching import BatchWriter
 from common.errors import ApiError
 from common.fastpath import body_chunks, streams_body
+from common.permissions import require_writable
 from common.principal import Principal
 from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
 from sandboxes import services
@@ -83,8 +84,7 @@ _atouch = sync_to_async(services.record_activity, thread_sensitive=False)
 
 async def _aprepare(principal: Principal, request: HttpRequest, sandbox_id: str) -> Operation:
     """The caller's running sandbox and its daemon; without a database query while remembered."""
-    if principal.read_only:
-        raise ApiError(status_code=403, code="read_only_token", message="This token is read-only.")
+    require_writable(principal)
     address = client_address(request)
     client = services.cached_daemon_client(organization_id=principal.organization.pk, sandbox_id=sandbox_id)
     if client is None:
