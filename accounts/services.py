@@ -79,10 +79,14 @@ def exchange_identity_token(*, subject_token: str) -> IssuedToken:
     subject = oidc.resolve_subject(claims)
     if subject is None:
         raise oidc.IdentityTokenError("the subject is unknown or no longer exists")
-    membership = (
-        Membership.objects.select_related("user", "organization")
-        .filter(user_id=subject.user_id, organization_id=subject.organization_id)
-        .first()
+    # At most one row (user and organization are unique together): a slice spares first()'s ordering.
+    membership = next(
+        iter(
+            Membership.objects.select_related("user", "organization").filter(
+                user_id=subject.user_id, organization_id=subject.organization_id
+            )[:1]
+        ),
+        None,
     )
     if membership is None or not membership.user.is_active:
         raise oidc.IdentityTokenError("the subject's user is no longer a member of the organization")

@@ -10,9 +10,10 @@ shared):
   (a) POST /sandboxes -> first exec `true` done, warm pool and cold, / a bare `bwrap ... sh -c true`
       with the runtime's namespaces (target <= 3 and < 100 ms)
   (b) exec `true` round trip over HTTP / `bash -c true` spawned inside the sandbox, which is what
-      the daemon runs for every exec (target <= 2); plain `true` is printed too. The client is the
-      standard library's keep-alive HTTP client: httpx spends most of a millisecond of its own per
-      request, which is the client's cost, not the service's (its figure is printed too)
+      the daemon runs for every exec (target <= 2); plain `true` is printed too.
+  (a) and (b) use the standard library's keep-alive HTTP client: httpx spends most of a millisecond
+      of its own per request, which is the client's cost, not the service's (its figures are printed
+      too)
   (c) exec stdout MB/s over HTTP / the same producer read from a raw pipe in this process (target >= 0.3)
   (d) write-file and read-file MB/s with curl as the client / a local `cp` of the same size
       (target >= 0.5), and the server's RSS growth while a 1 GiB file goes each way (target < 50 MB);
@@ -48,7 +49,7 @@ from bench import signing_key_file
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
-CREATE_REPEATS = 9
+CREATE_REPEATS = 21
 EXEC_REPEATS = 200
 STREAM_BYTES = 256 * MB
 FILE_BYTES = 256 * MB
@@ -168,26 +169,48 @@ def _exec(client: httpx.Client, sandbox_id: str, command: str) -> tuple[int, str
     return exit_code, "".join(out)
 
 
+class LeanClient:
+    """The API over one keep-alive http.client connection: httpx spends most of a millisecond of
+    its own per request, which the round-trip figures would otherwise count as the service's."""
+
+    def __init__(self, url: str, auth: dict[str, str]) -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        self.headers = {**auth, "Content-Type": "application/json"}
+
+    def request(self, method: str, path: str, body: str = "") -> tuple[int, bytes]:
+        self.connection.request(method, path, body, self.headers)
+        response = self.connection.getresponse()
+        return response.status, response.read()
+
+    def create(self) -> str:
+        status, body = self.request("POST", "/api/v1/sandboxes")
+        assert status == 201, body
+        return str(json.loads(body)["id"])
+
+    def exec_true(self, sandbox_id: str) -> None:
+        """exec `true`, the whole NDJSON stream read."""
+        status, body = self.request("POST", f"/api/v1/sandboxes/{sandbox_id}/exec", '{"command": "true"}')
+        lines = body.splitlines()
+        assert status == 200 and json.loads(lines[-1]) == {"type": "done", "exitCode": 0}, lines
+
+    def delete(self, sandbox_id: str) -> None:
+        status, body = self.request("DELETE", f"/api/v1/sandboxes/{sandbox_id}")
+        assert status == 204, body
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 def lean_exec_round_trips(url: str, auth: dict[str, str], sandbox_id: str, repeats: int) -> Figure:
     """exec `true` round trips with http.client on one keep-alive connection, whole NDJSON read."""
-    host, _, port = url.removeprefix("http://").partition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = json.dumps({"command": "true"})
-    headers = {**auth, "Content-Type": "application/json"}
-    path = f"/api/v1/sandboxes/{sandbox_id}/exec"
-
-    def one() -> None:
-        connection.request("POST", path, body, headers)
-        response = connection.getresponse()
-        lines = response.read().splitlines()
-        assert response.status == 200 and json.loads(lines[-1]) == {"type": "done", "exitCode": 0}, lines
-
+    client = LeanClient(url, auth)
     try:
         for _ in range(5):
-            one()
-        return _stats([_timed(one) for _ in range(repeats)])
+            client.exec_true(sandbox_id)
+        return _stats([_timed(lambda: client.exec_true(sandbox_id)) for _ in range(repeats)])
     finally:
-        connection.close()
+        client.close()
 
 
 def _create(client: httpx.Client) -> str:
@@ -205,10 +228,10 @@ def _timed(function: Callable[[], Any]) -> float:
 # --- bare limits --------------------------------------------------------------------------------
 
 
-def bare_bwrap_seconds(repeats: int) -> Figure:
+def bare_bwrap_argv() -> list[str]:
     from sandboxes.runtimes.local import LocalRuntime
 
-    argv = [
+    return [
         shutil.which("bwrap") or "bwrap",
         *LocalRuntime._base_namespace_args(True),
         "--ro-bind", "/usr", "/usr",
@@ -217,8 +240,16 @@ def bare_bwrap_seconds(repeats: int) -> Figure:
         "--dev", "/dev",
         "--", "sh", "-c", "true",
     ]  # fmt: skip
-    subprocess.run(argv, check=True)
-    return _stats([_timed(lambda: subprocess.run(argv, check=True)) for _ in range(repeats)])
+
+
+def bare_bwrap_once() -> float:
+    argv = bare_bwrap_argv()
+    return _timed(lambda: subprocess.run(argv, check=True))
+
+
+def bare_bwrap_seconds(repeats: int) -> Figure:
+    bare_bwrap_once()
+    return _stats([bare_bwrap_once() for _ in range(repeats)])
 
 
 def bare_pipe_mb_s(size: int) -> Figure:
@@ -254,18 +285,48 @@ def bare_cp_mb_s(workdir: Path, size: int) -> Figure:
 # --- through the service --------------------------------------------------------------------------
 
 
-def create_to_first_exec(service: Service, client: httpx.Client, repeats: int, pool_size: int) -> Figure:
-    samples = []
+def create_to_first_exec(service: Service, auth: dict[str, str], repeats: int, pool_size: int) -> tuple[Figure, Figure]:
+    client = LeanClient(service.url, auth)
+    try:
+        return _create_to_first_exec(service, client.create, client.exec_true, client.delete, repeats, pool_size)
+    finally:
+        client.close()
+
+
+def create_to_first_exec_httpx(
+    service: Service, client: httpx.Client, repeats: int, pool_size: int
+) -> tuple[Figure, Figure]:
+    def exec_true(sandbox_id: str) -> None:
+        assert _exec(client, sandbox_id, "true")[0] == 0
+
+    def delete(sandbox_id: str) -> None:
+        client.delete(f"/api/v1/sandboxes/{sandbox_id}").raise_for_status()
+
+    return _create_to_first_exec(service, lambda: _create(client), exec_true, delete, repeats, pool_size)
+
+
+def _create_to_first_exec(
+    service: Service,
+    create: Callable[[], str],
+    exec_true: Callable[[str], None],
+    delete: Callable[[str], None],
+    repeats: int,
+    pool_size: int,
+) -> tuple[Figure, Figure]:
+    """The service's figure and the bare bwrap's, measured alternately: this machine's speed drifts
+    by a third within minutes, and the ratio must compare the two under the same conditions."""
+    samples, bare = [], []
     for _ in range(repeats + 1):
         if pool_size:
             service.wait_for_pool(pool_size)
+        bare.append(bare_bwrap_once())
         started = time.perf_counter()
-        sandbox_id = _create(client)
-        exit_code, _ = _exec(client, sandbox_id, "true")
+        sandbox_id = create()
+        exec_true(sandbox_id)
         samples.append(time.perf_counter() - started)
-        assert exit_code == 0
-        client.delete(f"/api/v1/sandboxes/{sandbox_id}").raise_for_status()
-    return _stats(samples[1:])  # the first one warms the server's code paths
+        delete(sandbox_id)
+    # The first ones warm the server's code paths and the page cache.
+    return _stats(samples[1:]), _stats(bare[1:])
 
 
 def spawn_inside_seconds(client: httpx.Client, sandbox_id: str, argv: list[str]) -> float:
@@ -449,6 +510,10 @@ def _token(env: dict[str, str]) -> str:
     ).stdout.strip()
 
 
+def _ms(value: Figure) -> Figure:
+    return (1000 * value[0], 1000 * value[1], 1000 * value[2])
+
+
 def _row(name: str, value: Figure, unit: str, limit: Figure | None, ratio: float | None, target: str) -> None:
     median, low, high = value
     spread = f"{low:.4g}..{high:.4g}"
@@ -470,14 +535,15 @@ def run() -> dict[str, float]:
         services.append(cold_service)
         with httpx.Client(base_url=cold_service.url, headers=auth, timeout=300) as client:
             client.patch("/api/v1/organization", json={"sandboxesEnabled": True}).raise_for_status()
-            cold = create_to_first_exec(cold_service, client, CREATE_REPEATS, 0)
+            cold, cold_bwrap = create_to_first_exec(cold_service, auth, CREATE_REPEATS, 0)
         cold_service.stop()
         services.remove(cold_service)
 
         service = Service(workdir, env, pool_size=POOL_SIZE)
         services.append(service)
         with httpx.Client(base_url=service.url, headers=auth, timeout=300) as client:
-            warm = create_to_first_exec(service, client, CREATE_REPEATS, POOL_SIZE)
+            warm, warm_bwrap = create_to_first_exec(service, auth, CREATE_REPEATS, POOL_SIZE)
+            warm_httpx, warm_httpx_bwrap = create_to_first_exec_httpx(service, client, CREATE_REPEATS, POOL_SIZE)
 
             sandbox_id = _create(client)
             spawn_bash = spawn_inside_seconds(client, sandbox_id, ["/bin/bash", "-c", "true"])
@@ -525,9 +591,12 @@ def run() -> dict[str, float]:
         results = {
             "bare_bwrap_ms": bwrap_ms[0],
             "create_first_exec_warm_ms": ms[0],
-            "create_first_exec_warm_ratio": warm[0] / bwrap[0],
+            "bare_bwrap_alongside_warm_ms": 1000 * warm_bwrap[0],
+            "create_first_exec_warm_ratio": warm[0] / warm_bwrap[0],
+            "create_first_exec_warm_httpx_ms": 1000 * warm_httpx[0],
+            "create_first_exec_warm_httpx_ratio": warm_httpx[0] / warm_httpx_bwrap[0],
             "create_first_exec_cold_ms": cold_ms[0],
-            "create_first_exec_cold_ratio": cold[0] / bwrap[0],
+            "create_first_exec_cold_ratio": cold[0] / cold_bwrap[0],
             "exec_round_trip_ms": rt_ms[0],
             "spawn_bash_true_inside_ms": 1000 * spawn_bash,
             "spawn_true_inside_ms": 1000 * spawn_true,
@@ -554,8 +623,16 @@ def run() -> dict[str, float]:
         print(
             f"\n{'figure':<38} {'median':>10} {'unit':<5} ({'min..max':>17})  {'bare limit':>14}  {'ratio':>7}  target"
         )
-        _row("(a) create -> first exec, warm pool", ms, "ms", bwrap_ms, warm[0] / bwrap[0], "<= 3, < 100 ms")
-        _row("(a) create -> first exec, cold", cold_ms, "ms", bwrap_ms, cold[0] / bwrap[0], "(no pool)")
+        _row("bare bwrap ... sh -c true", bwrap_ms, "ms", None, None, "(30 in a row, before the rest)")
+        _row(
+            "(a) create -> first exec, warm pool", ms, "ms", _ms(warm_bwrap), warm[0] / warm_bwrap[0], "<= 3, < 100 ms"
+        )
+        print(f"{'':<38} (the bare bwrap run alternately with each create, so both see the same machine)")
+        print(
+            f"{'':<38} with httpx as the client: {1000 * warm_httpx[0]:.3g} ms "
+            f"(ratio {warm_httpx[0] / warm_httpx_bwrap[0]:.3g})"
+        )
+        _row("(a) create -> first exec, cold", cold_ms, "ms", _ms(cold_bwrap), cold[0] / cold_bwrap[0], "(no pool)")
         _row("(b) exec `true` round trip", rt_ms, "ms", (1000 * spawn_bash,) * 3, round_trip[0] / spawn_bash, "<= 2")
         print(f"{'':<38} bare `true` spawn inside: {1000 * spawn_true:.3g} ms (ratio {round_trip[0] / spawn_true:.3g})")
         print(

@@ -126,6 +126,9 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(VAR_DIR / "db.sqlite3"),
+            # Kept open between requests: opening one (and Django's set-up of it) costs more than
+            # the queries of a short request. A file on this machine has no server to overload.
+            "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 600),
             # Streaming views and the Celery worker write concurrently; wait instead of failing.
             # WAL: readers never wait for the writer, and a commit appends to the log without a
             # disk sync (synchronous=NORMAL syncs at checkpoints): a crash of the service loses

@@ -32,6 +32,8 @@ TEST_VAR_DIR: Path = VAR_DIR
 # SQLite tests use a file (not memory) so a live server started by a test in another process sees the
 # same database.
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+    # Closed after every request, as on PostgreSQL: the test database file is replaced between runs.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
 else:
     # One test database per run, so concurrent runs on one server (developers, CI) never drop each

@@ -560,11 +560,6 @@ class Daemon:
         keeps holding them for the control plane's own exchange (``credentials``), at most
         CREDENTIALS_WAIT_SECONDS in all.
         """
-        # Imported here, not at start-up: the daemon's start is on the critical path of a create.
-        import urllib.error
-        import urllib.parse
-        import urllib.request
-
         url, identity, base_url = request.get("url"), request.get("identityToken"), request.get("baseUrl")
         extra = request.get("config") or {}
         if not all(isinstance(v, str) and v for v in (url, identity, base_url)) or not isinstance(extra, dict):
@@ -573,24 +568,21 @@ class Daemon:
             self._credentials_deadline = time.monotonic() + CREDENTIALS_WAIT_SECONDS
             self._credentials_ready.clear()
             conn.send({"type": "accepted"})
-        body = urllib.parse.urlencode(
-            {
-                "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
-                "subject_token": identity,
-                "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
-            }
-        ).encode()
-        exchange = urllib.request.Request(  # noqa: S310 - the control plane's own http(s) URL
-            str(url), data=body, method="POST", headers={"Content-Type": "application/x-www-form-urlencoded"}
-        )
+        form = {
+            "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+            "subject_token": str(identity),
+            "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+        }
+        status, body = _post_form(str(url), form, EXCHANGE_TIMEOUT_SECONDS)
+        if status != 200:
+            detail = body[:500].decode(errors="replace")
+            raise RequestError(ErrorCode.EXCHANGE_FAILED, f"token exchange refused ({status}): {detail}")
         try:
-            with urllib.request.urlopen(exchange, timeout=EXCHANGE_TIMEOUT_SECONDS) as response:  # noqa: S310 - the control plane's URL
-                answer = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode(errors="replace")
-            raise RequestError(ErrorCode.EXCHANGE_FAILED, f"token exchange refused ({exc.code}): {detail}") from None
-        except (OSError, ValueError) as exc:
-            raise RequestError(ErrorCode.EXCHANGE_FAILED, f"token exchange unreachable: {exc}") from None
+            answer = json.loads(body)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise RequestError(ErrorCode.EXCHANGE_FAILED, "token exchange answered without a token")
         token, expires_in = answer.get("access_token"), answer.get("expires_in")
         if not isinstance(token, str) or not isinstance(expires_in, int):
             raise RequestError(ErrorCode.EXCHANGE_FAILED, "token exchange answered without a token")
@@ -1118,9 +1110,38 @@ class Workers:
                 client = self._queue.get()
 
 
+def _post_form(url: str, form: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    """POST a form to the service; its status and body.
+
+    http.client directly: urllib.request builds an opener of a dozen handlers per call, which the
+    first command of a new sandbox waits for. Unreachable or broken answers raise RequestError.
+    """
+    # Imported here, not at start-up (the daemon's start is on the critical path of a create);
+    # _preload_http_client imports them once the daemon is ready.
+    import http.client
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RequestError(ErrorCode.BAD_REQUEST, f"token exchange URL {url!r} is not an http(s) URL")
+    connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    body = urllib.parse.urlencode(form).encode()
+    connection = connection_class(parts.hostname, parts.port, timeout=timeout)
+    try:
+        connection.request("POST", path, body=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise RequestError(ErrorCode.EXCHANGE_FAILED, f"token exchange unreachable: {exc}") from None
+    finally:
+        connection.close()
+
+
 def _preload_http_client() -> None:
     with contextlib.suppress(Exception):
-        import urllib.request  # noqa: F401
+        import http.client  # noqa: F401
+        import urllib.parse  # noqa: F401
 
 
 def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = None) -> None:
@@ -1141,7 +1162,7 @@ def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = N
         with contextlib.suppress(OSError):
             os.write(ready_fd, b"1")
         os.close(ready_fd)
-    # The token exchange needs urllib.request (tens of milliseconds to import). A warm-pool sandbox
+    # The token exchange needs http.client (tens of milliseconds to import). A warm-pool sandbox
     # is idle until it is claimed, and the exchange is then on the critical path of the create:
     # import it now, after readiness, so neither start nor exchange pays for it.
     threading.Thread(target=_preload_http_client, name="preload", daemon=True).start()

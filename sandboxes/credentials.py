@@ -18,12 +18,11 @@ import asyncio
 import copy
 import logging
 import threading
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -32,7 +31,7 @@ from accounts.models import ApiToken, Organization
 from accounts.services import IssuedToken, exchange_identity_token, issue_sandbox_token, revoke_token
 from audit.models import EventType
 from audit.services import record_event
-from sandboxes.daemon_client import DaemonError
+from sandboxes.daemon_client import DaemonError, PendingExchange
 from sandboxes.models import Sandbox, SandboxStatus
 
 logger = logging.getLogger(__name__)
@@ -40,8 +39,10 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE = "~/.svc.config"
 
 # How long a create waits for the daemon to take the background exchange on (it answers at once
-# unless the sandbox is gone or wedged; the exchange then still runs, without the hold).
+# unless the sandbox is gone or wedged; the control plane then runs the exchange for it).
 ACCEPT_WAIT_SECONDS = 5.0
+# How long the exchange's outcome may take: the daemon's own limit on it, with a margin.
+OUTCOME_WAIT_SECONDS = 15.0
 # A running sandbox without credentials this long after its create lost its first exchange (the
 # process that ran it died): the refresh job issues them.
 PROVISIONING_GRACE = timedelta(minutes=1)
@@ -60,16 +61,18 @@ def resolve_sandbox_subject(claims: dict[str, Any]) -> oidc.ExchangeSubject | No
     sandbox_id = claims.get("sandbox_id")
     if not isinstance(sandbox_id, str):
         return None
-    sandbox = (
-        Sandbox.objects.filter(pk=sandbox_id, status__in=(SandboxStatus.CREATING, SandboxStatus.RUNNING))
-        .only("organization_id", "created_by_id")
-        .first()
-    )
-    if sandbox is None or sandbox.organization_id != claims.get("org") or sandbox.created_by_id is None:
+    # A slice, not first(): the pk names one row, and first()'s ordering is work for nothing on
+    # every sandbox's start.
+    rows = Sandbox.objects.filter(
+        pk=sandbox_id, status__in=(SandboxStatus.CREATING, SandboxStatus.RUNNING)
+    ).values_list("organization_id", "created_by_id")[:1]
+    found = next(iter(rows), None)
+    if found is None:
         return None
-    return oidc.ExchangeSubject(
-        user_id=sandbox.created_by_id, organization_id=sandbox.organization_id, sandbox_id=sandbox.pk
-    )
+    organization_id, created_by_id = found
+    if organization_id != claims.get("org") or created_by_id is None:
+        return None
+    return oidc.ExchangeSubject(user_id=created_by_id, organization_id=organization_id, sandbox_id=sandbox_id)
 
 
 def config_document(sandbox: Sandbox, organization: Organization, issued: IssuedToken) -> dict[str, Any]:
@@ -93,13 +96,8 @@ def _push(sandbox: Sandbox, issued: IssuedToken) -> None:
     asyncio.run(client.update_credentials({"SVC_API_KEY": issued.raw, "SVC_BASE_URL": document["baseUrl"]}, document))
 
 
-def provision(sandbox: Sandbox, *, on_accepted: Callable[[], None] | None = None) -> str:
-    """Give a just-started sandbox its credentials; returns how ("sandbox" or "control-plane").
-
-    The sandbox exchanges its identity token itself when it can reach the service; where it cannot
-    (a host without user-mode networking), the control plane runs the same exchange for it. With
-    ``on_accepted`` the daemon holds new commands until then (see ``start_provisioning``).
-    """
+def _begin_exchange(sandbox: Sandbox) -> PendingExchange:
+    """Hand the daemon the sandbox's own exchange; returns once it holds new commands for it."""
     from sandboxes.services import daemon_client
 
     extra = {
@@ -107,56 +105,77 @@ def provision(sandbox: Sandbox, *, on_accepted: Callable[[], None] | None = None
         "sandboxId": sandbox.pk,
         "userId": sandbox.created_by_id,
     }
-    try:
-        asyncio.run(
-            daemon_client(sandbox).exchange_credentials(
-                url=f"{settings.SANDBOX_SERVICE_URL}/api/v1/auth/token-exchange",
-                identity_token=identity_token(sandbox),
-                base_url=settings.SANDBOX_SERVICE_URL,
-                config=extra,
-                on_accepted=on_accepted,
-            )
-        )
-    except DaemonError as exc:
-        logger.info("sandbox %s could not exchange its own token (%s); the control plane does it", sandbox.pk, exc)
-        issued = exchange_identity_token(subject_token=identity_token(sandbox))
-        _push(sandbox, issued)
-        _record_issued(sandbox, issued.token, via="control-plane")
-        return "control-plane"
-    token = ApiToken.objects.filter(sandbox_id=sandbox.pk, revoked_at__isnull=True).latest("created_at")
-    _record_issued(sandbox, token, via="sandbox")
-    return "sandbox"
+    return daemon_client(sandbox).begin_exchange(
+        url=f"{settings.SANDBOX_SERVICE_URL}/api/v1/auth/token-exchange",
+        identity_token=identity_token(sandbox),
+        base_url=settings.SANDBOX_SERVICE_URL,
+        config=extra,
+        timeout=ACCEPT_WAIT_SECONDS,
+    )
+
+
+def _finish_provisioning(sandbox: Sandbox, begun: PendingExchange | Exception) -> str:
+    """Wait for the sandbox's own exchange and record it; returns how ("sandbox" or "control-plane").
+
+    Where the sandbox could not exchange its token (a host without user-mode networking, the
+    exchange refused, the daemon not taking it on), the control plane runs the same exchange for it
+    and pushes the result: the daemon keeps holding new commands for that push.
+    """
+    if isinstance(begun, PendingExchange):
+        try:
+            begun.outcome(OUTCOME_WAIT_SECONDS)
+        except DaemonError as exc:
+            begun = exc
+        else:
+            token = ApiToken.objects.filter(sandbox_id=sandbox.pk, revoked_at__isnull=True).latest("created_at")
+            _record_issued(sandbox, token, via="sandbox")
+            return "sandbox"
+    if not isinstance(begun, DaemonError):
+        raise begun
+    logger.info("sandbox %s could not exchange its own token (%s); the control plane does it", sandbox.pk, begun)
+    issued = exchange_identity_token(subject_token=identity_token(sandbox))
+    _push(sandbox, issued)
+    _record_issued(sandbox, issued.token, via="control-plane")
+    return "control-plane"
 
 
 def start_provisioning(sandbox: Sandbox) -> threading.Thread:
-    """``provision`` in a thread of its own, returning once the daemon holds new commands for it.
+    """Give a just-started sandbox its credentials, without waiting for them.
 
-    A failure is recorded on the sandbox (``credentials.error``) and left to the refresh job.
+    Returns once the daemon holds new commands until they are in place (it took the sandbox's own
+    exchange on: one round trip on its socket); a thread waits for the outcome and records it, or
+    runs the control plane's exchange instead. A failure is recorded on the sandbox
+    (``credentials.error``) and left to the refresh job.
     """
-    accepted = threading.Event()
     # A copy of its own (with the organization loaded): the create goes on changing and
     # serializing the caller's instance.
     assert sandbox.organization is not None
     sandbox = copy.copy(sandbox)
+    begun: PendingExchange | Exception
+    try:
+        begun = _begin_exchange(sandbox)
+    except Exception as exc:
+        # The thread decides: the control plane's exchange for a daemon that did not take it on,
+        # a recorded failure otherwise. The create goes on either way.
+        begun = exc
 
     def run() -> None:
         try:
-            provision(sandbox, on_accepted=accepted.set)
+            _finish_provisioning(sandbox, begun)
         except Exception as exc:
             # The sandbox works without them; the failure is on its detail and the refresh job retries.
             logger.exception("sandbox %s: credentials could not be provisioned", sandbox.pk)
             Sandbox.objects.filter(pk=sandbox.pk).update(credentials_error=f"provisioning failed: {exc}"[:2000])
         finally:
-            accepted.set()
             # This thread's own database connections; nothing else would ever close them.
             connections.close_all()
 
     thread = threading.Thread(target=run, name=f"credentials-{sandbox.pk}", daemon=True)
     thread.start()
-    accepted.wait(ACCEPT_WAIT_SECONDS)
     return thread
 
 
+@transaction.atomic
 def _record_issued(sandbox: Sandbox, token: ApiToken, *, via: str) -> None:
     Sandbox.objects.filter(pk=sandbox.pk).update(credentials_expires_at=token.expires_at, credentials_error="")
     record_event(

@@ -14,7 +14,7 @@ import contextlib
 import os
 import socket
 import stat
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -43,6 +43,7 @@ __all__ = [
     "ExecResult",
     "ExecStarted",
     "FileReader",
+    "PendingExchange",
     "ProcessStream",
     "TextDecoder",
     "WriteResult",
@@ -534,6 +535,46 @@ class ProcessStream:
         await self.aclose()
 
 
+class PendingExchange:
+    """A background exchange the daemon took on: its outcome is the connection's next message."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def _receive(self, size: int) -> bytes:
+        chunks: list[bytes] = []
+        while size:
+            chunk = self._sock.recv(size)
+            if not chunk:
+                raise DaemonUnavailable("the sandbox daemon closed the connection")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def message(self, timeout: float) -> dict[str, Any]:
+        """The next message (blocking, at most ``timeout`` seconds of silence); errors raise DaemonError."""
+        self._sock.settimeout(timeout)
+        try:
+            kind, length = parse_header(self._receive(HEADER.size))
+            payload = self._receive(length)
+        except (OSError, ProtocolError) as exc:
+            raise DaemonUnavailable(f"connection to the sandbox daemon broke: {exc}") from exc
+        if kind != Kind.JSON:
+            raise DaemonUnavailable("unexpected data from the sandbox daemon")
+        return _check(decode_json(payload))
+
+    def outcome(self, timeout: float) -> dict[str, Any]:
+        """Wait for the exchange's answer (``{"type": "ok", "expiresIn", "tokenPrefix"}``), then close."""
+        try:
+            return self.message(timeout)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
 class DaemonClient:
     def __init__(self, address: DaemonAddress, secret: str, *, connect_timeout: float = 5.0) -> None:
         self.address = address
@@ -598,31 +639,65 @@ class DaemonClient:
         ) as c:
             await c.message()
 
-    async def exchange_credentials(
+    def begin_exchange(
         self,
         *,
         url: str,
         identity_token: str,
         base_url: str,
         config: Mapping[str, Any] | None = None,
-        on_accepted: Callable[[], None] | None = None,
-    ) -> dict[str, Any]:
+        timeout: float = 5.0,
+    ) -> PendingExchange:
         """Have the sandbox authenticate itself: the daemon calls the token exchange from inside.
 
-        With ``on_accepted``, the exchange runs in the background of the sandbox: ``on_accepted`` is
-        called as soon as the daemon holds new commands for it, and this call still returns (or
-        raises) with the exchange's outcome.
+        Blocking (no event loop: a create calls it from its worker thread, where starting one would
+        cost more than the call). Returns as soon as the daemon answered ``accepted``, from when it
+        holds new commands until the token is installed; the exchange's outcome is read later from
+        the returned object.
         """
-        fields: dict[str, Any] = {"url": url, "identityToken": identity_token, "baseUrl": base_url}
-        async with self._request(
-            "exchange", **fields, config=dict(config or {}), background=on_accepted is not None
-        ) as connection:
-            if on_accepted is not None:
-                accepted = await connection.message()
-                if accepted.get("type") != "accepted":
-                    raise DaemonUnavailable("the sandbox daemon did not accept a background exchange")
-                on_accepted()
-            return await connection.message()
+        sock = self._connect_blocking(timeout)
+        pending = PendingExchange(sock)
+        try:
+            sock.sendall(
+                encode_json(
+                    {
+                        "v": PROTOCOL_VERSION,
+                        "op": "exchange",
+                        "secret": self.secret,
+                        "url": url,
+                        "identityToken": identity_token,
+                        "baseUrl": base_url,
+                        "config": dict(config or {}),
+                        "background": True,
+                    }
+                )
+            )
+            accepted = pending.message(timeout)
+        except BaseException:
+            pending.close()
+            raise
+        if accepted.get("type") != "accepted":
+            pending.close()
+            raise DaemonUnavailable("the sandbox daemon did not accept a background exchange")
+        return pending
+
+    def _connect_blocking(self, timeout: float) -> socket.socket:
+        try:
+            if self.address.unix_path is not None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                try:
+                    sock.connect(self.address.unix_path)
+                except BaseException:
+                    sock.close()
+                    raise
+                return sock
+            assert self.address.host is not None and self.address.port is not None
+            sock = socket.create_connection((self.address.host, self.address.port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            raise DaemonUnavailable(f"cannot reach the sandbox daemon at {self.address}: {exc}") from exc
 
     async def start_exec(
         self,

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import Organization, User
+from accounts.models import Organization
 from accounts.services import revoke_sandbox_tokens
 from audit.models import EventType
 from audit.services import record_event
@@ -41,44 +41,60 @@ logger = logging.getLogger(__name__)
 STALE_CREATE = timedelta(minutes=2)
 
 
-def _reserve_slot(*, organization: Organization, user: User) -> tuple[Sandbox, SandboxHandle | None]:
-    """A slot, and a warm-pool sandbox for it when one is ready (the row then takes its id)."""
-    with transaction.atomic():
-        # The row lock serializes creates per organization (PostgreSQL); SQLite's IMMEDIATE
-        # transactions serialize all writers, which gives the same guarantee.
-        org = Organization.objects.select_for_update().get(pk=organization.pk)
-        if not org.sandboxes_enabled:
-            raise ApiError(
-                status_code=403,
-                code="sandboxes_not_enabled",
-                message="Sandboxes are not enabled for this organization; an owner or admin can enable them.",
-            )
-        active = Sandbox.objects.filter(organization=org, status__in=ACTIVE_STATUSES).count()
-        limit = settings.SANDBOX_MAX_PER_ORG
-        if active >= limit:
-            raise ApiError(
-                status_code=409,
-                code="sandbox_limit_reached",
-                message=f"The organization already has {active} sandboxes; the limit is {limit}. Destroy one first.",
-                details={"limit": limit, "active": active},
-            )
-        # Claimed only once the slot is certain, so a refused create never takes a pool member. Until
-        # this transaction commits the runtime reports the member as just claimed, which
-        # reconciliation leaves alone.
-        handle = get_pool().claim()
-        try:
+def _reserve_slot(*, principal: Principal, address: str) -> tuple[Sandbox, SandboxHandle | None]:
+    """A slot, and a warm-pool sandbox for it when one is ready (the row then takes its id).
+
+    With a pool member the row is written as it ends up (running, where its daemon is) together
+    with the create's audit event: a create from the pool commits once.
+    """
+    handle: SandboxHandle | None = None
+    try:
+        with transaction.atomic():
+            # The row lock serializes creates per organization (PostgreSQL); SQLite's IMMEDIATE
+            # transactions serialize all writers, which gives the same guarantee.
+            org = Organization.objects.select_for_update().get(pk=principal.organization.pk)
+            if not org.sandboxes_enabled:
+                raise ApiError(
+                    status_code=403,
+                    code="sandboxes_not_enabled",
+                    message="Sandboxes are not enabled for this organization; an owner or admin can enable them.",
+                )
+            active = Sandbox.objects.filter(organization=org, status__in=ACTIVE_STATUSES).count()
+            limit = settings.SANDBOX_MAX_PER_ORG
+            if active >= limit:
+                raise ApiError(
+                    status_code=409,
+                    code="sandbox_limit_reached",
+                    message=f"The organization already has {active} sandboxes; the limit is {limit}. Destroy one first.",
+                    details={"limit": limit, "active": active},
+                )
+            # Claimed only once the slot is certain, so a refused create never takes a pool member.
+            # Until this transaction commits the runtime reports the member as just claimed, which
+            # reconciliation leaves alone.
+            handle = get_pool().claim()
+            fields: dict[str, Any] = {}
+            if handle is not None:
+                fields = {
+                    "id": handle.sandbox_id,
+                    "status": SandboxStatus.RUNNING,
+                    "daemon_address": str(handle.address),
+                    "daemon_secret_encrypted": encrypt(handle.secret),
+                    "limits": _limits_record(handle),
+                }
             sandbox = Sandbox.objects.create(
-                **({"id": handle.sandbox_id} if handle else {}),
+                **fields,
                 organization=org,
-                created_by=user,
+                created_by=principal.user,
                 runtime=get_runtime().name,
                 last_activity_at=timezone.now(),
             )
-        except BaseException:
             if handle is not None:
-                get_runtime().destroy(handle.sandbox_id)
-            raise
-        return sandbox, handle
+                _record_create(sandbox, principal, address)
+    except BaseException:
+        if handle is not None:
+            get_runtime().destroy(handle.sandbox_id)
+        raise
+    return sandbox, handle
 
 
 def _limits_record(handle: SandboxHandle) -> dict[str, Any]:
@@ -91,40 +107,7 @@ def _limits_record(handle: SandboxHandle) -> dict[str, Any]:
     }
 
 
-def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
-    sandbox, handle = _reserve_slot(organization=principal.organization, user=principal.user)
-    if handle is None:
-        # The pool is off or empty: a cold start.
-        try:
-            handle = get_runtime().create(sandbox.pk, secret=secrets.token_urlsafe(32), env={})
-        except Exception as exc:
-            logger.exception("sandbox %s failed to start", sandbox.pk)
-            Sandbox.objects.filter(pk=sandbox.pk).update(status=SandboxStatus.FAILED, failure=str(exc)[:2000])
-            raise ApiError(
-                status_code=503, code="sandbox_start_failed", message=f"The sandbox could not be started: {exc}"
-            ) from exc
-    sandbox.daemon_address = str(handle.address)
-    sandbox.daemon_secret_encrypted = encrypt(handle.secret)
-    # The credentials exchange starts now, alongside the bookkeeping below: its round trip is what
-    # the first command waits for (the exchange accepts a sandbox that is still "creating").
-    credentials.start_provisioning(sandbox)
-    started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
-        status=SandboxStatus.RUNNING,
-        daemon_address=sandbox.daemon_address,
-        daemon_secret_encrypted=sandbox.daemon_secret_encrypted,
-        limits=_limits_record(handle),
-        last_activity_at=timezone.now(),
-    )
-    if not started:
-        # Destroyed while it was starting: nothing may keep running for it.
-        get_runtime().destroy(sandbox.pk)
-        raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
-    # Its activity was just recorded: the first operations after the create need not write it again.
-    with _touched_lock:
-        _remember_touch(sandbox.pk, time.monotonic())
-    sandbox.refresh_from_db()
-    # Whoever creates a sandbox usually runs something in it next, and this process knows its daemon.
-    remember_running(sandbox)
+def _record_create(sandbox: Sandbox, principal: Principal, address: str) -> None:
     record_event(
         organization=principal.organization,
         event_type=EventType.SANDBOX_CREATE,
@@ -133,6 +116,55 @@ def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
         address=address,
         data={"runtime": sandbox.runtime, "limits": sandbox.limits},
     )
+
+
+def _start_cold(sandbox: Sandbox, principal: Principal, address: str) -> None:
+    """Start the sandbox of a reserved slot (no pool member was ready) and mark it running."""
+    try:
+        handle = get_runtime().create(sandbox.pk, secret=secrets.token_urlsafe(32), env={})
+    except Exception as exc:
+        logger.exception("sandbox %s failed to start", sandbox.pk)
+        Sandbox.objects.filter(pk=sandbox.pk).update(status=SandboxStatus.FAILED, failure=str(exc)[:2000])
+        raise ApiError(
+            status_code=503, code="sandbox_start_failed", message=f"The sandbox could not be started: {exc}"
+        ) from exc
+    sandbox.daemon_address = str(handle.address)
+    sandbox.daemon_secret_encrypted = encrypt(handle.secret)
+    sandbox.limits = _limits_record(handle)
+    sandbox.last_activity_at = timezone.now()
+    # The exchange starts before the row says running (it accepts a sandbox still "creating"): its
+    # round trip is what the first command waits for.
+    credentials.start_provisioning(sandbox)
+    with transaction.atomic():
+        started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
+            status=SandboxStatus.RUNNING,
+            daemon_address=sandbox.daemon_address,
+            daemon_secret_encrypted=sandbox.daemon_secret_encrypted,
+            limits=sandbox.limits,
+            last_activity_at=sandbox.last_activity_at,
+        )
+        if started:
+            sandbox.status = SandboxStatus.RUNNING
+            _record_create(sandbox, principal, address)
+    if not started:
+        # Destroyed while it was starting: nothing may keep running for it.
+        get_runtime().destroy(sandbox.pk)
+        raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
+
+
+def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
+    sandbox, handle = _reserve_slot(principal=principal, address=address)
+    if handle is None:
+        _start_cold(sandbox, principal, address)
+    else:
+        # Committed: the exchange can find the sandbox. Its round trip is what the first command
+        # waits for, so it starts before anything else.
+        credentials.start_provisioning(sandbox)
+    # Its activity was just recorded: the first operations after the create need not write it again.
+    with _touched_lock:
+        _remember_touch(sandbox.pk, time.monotonic())
+    # Whoever creates a sandbox usually runs something in it next, and this process knows its daemon.
+    remember_running(sandbox)
     return sandbox
 
 

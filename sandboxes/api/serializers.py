@@ -1,17 +1,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 from rest_framework import serializers
 
 from common.errors import ApiError
 from sandboxes.models import Sandbox
 
 
+def _datetime(value: datetime | None) -> str | None:
+    """As DRF's DateTimeField writes it: in the current time zone, UTC written "Z"."""
+    if value is None:
+        return None
+    text = value.astimezone(timezone.get_current_timezone()).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 class SandboxSerializer(serializers.ModelSerializer[Sandbox]):
+    """The sandbox document. The declared fields describe it (the OpenAPI schema); ``to_representation``
+    writes it by hand, because a ModelSerializer rebuilds its fields for every instance, which cost a
+    create more than its database work."""
+
     createdAt = serializers.DateTimeField(source="created_at")
     lastActivityAt = serializers.DateTimeField(source="last_activity_at")
     idleExpiresAt = serializers.SerializerMethodField()
@@ -35,6 +48,21 @@ class SandboxSerializer(serializers.ModelSerializer[Sandbox]):
             "limits",
             "credentials",
         ]
+
+    def to_representation(self, instance: Sandbox) -> dict[str, Any]:
+        return {
+            "id": instance.pk,
+            "status": str(instance.status),
+            "runtime": instance.runtime,
+            "createdAt": _datetime(instance.created_at),
+            "lastActivityAt": _datetime(instance.last_activity_at),
+            "idleExpiresAt": self.get_idleExpiresAt(instance),
+            "destroyedAt": _datetime(instance.destroyed_at),
+            "destroyReason": str(instance.destroy_reason),
+            "createdBy": self.get_createdBy(instance),
+            "limits": instance.limits,
+            "credentials": self.get_credentials(instance),
+        }
 
     def get_createdBy(self, sandbox: Sandbox) -> dict[str, Any] | None:
         user = sandbox.created_by

@@ -18,21 +18,17 @@ def _exchange_url(stub: ServiceStub, path: str) -> str:
 async def test_a_background_exchange_holds_new_commands_until_the_token_is_in(
     client: DaemonClient, service_stub: ServiceStub
 ) -> None:
-    accepted = asyncio.Event()
-    exchange = asyncio.ensure_future(
-        client.exchange_credentials(
-            url=_exchange_url(service_stub, "/slow-exchange"),
-            identity_token="identity",
-            base_url="http://service",
-            on_accepted=accepted.set,
-        )
+    pending = await asyncio.to_thread(
+        client.begin_exchange,
+        url=_exchange_url(service_stub, "/slow-exchange"),
+        identity_token="identity",
+        base_url="http://service",
     )
-    await asyncio.wait_for(accepted.wait(), 10)
     # Sent while the exchange is still waiting for its answer (the stub takes half a second):
     # the command only starts once the token is installed, so it sees it.
     result = await client.run('echo "$SVC_API_KEY"')
     assert result.text == _Handler.exchanged_token + "\n"
-    answer = await exchange
+    answer = await asyncio.to_thread(pending.outcome, 10)
     assert answer["type"] == "ok"
     assert answer["expiresIn"] == 600
 
@@ -40,16 +36,16 @@ async def test_a_background_exchange_holds_new_commands_until_the_token_is_in(
 async def test_after_a_failed_background_exchange_commands_wait_for_the_control_planes_push(
     client: DaemonClient, service_stub: ServiceStub
 ) -> None:
-    accepted = asyncio.Event()
+    pending = await asyncio.to_thread(
+        client.begin_exchange,
+        url=_exchange_url(service_stub, "/failing-exchange"),
+        identity_token="identity",
+        base_url="http://service",
+    )
     with pytest.raises(DaemonError) as failed:
-        await client.exchange_credentials(
-            url=_exchange_url(service_stub, "/failing-exchange"),
-            identity_token="identity",
-            base_url="http://service",
-            on_accepted=accepted.set,
-        )
+        await asyncio.to_thread(pending.outcome, 10)
     assert failed.value.code == "exchange_failed"
-    assert accepted.is_set()
+    assert "refused (500)" in failed.value.message
     held = asyncio.ensure_future(client.run('echo "$SVC_API_KEY"'))
     await asyncio.sleep(0.3)
     assert not held.done()  # still held: the control plane has not pushed anything yet
@@ -63,3 +59,15 @@ async def test_a_plain_exchange_holds_nothing(client: DaemonClient) -> None:
     await client.update_credentials({"SVC_API_KEY": "plain"})
     result = await asyncio.wait_for(client.run('echo "$SVC_API_KEY"'), 5)
     assert result.text == "plain\n"
+
+
+async def test_an_unreachable_exchange_says_so(client: DaemonClient) -> None:
+    # Nothing listens on port 9 inside the sandbox: the exchange fails at once, with the reason.
+    pending = await asyncio.to_thread(
+        client.begin_exchange, url="http://127.0.0.1:9/exchange", identity_token="identity", base_url="http://service"
+    )
+    with pytest.raises(DaemonError) as failed:
+        await asyncio.to_thread(pending.outcome, 10)
+    assert failed.value.code == "exchange_failed"
+    assert "unreachable" in failed.value.message
+    await client.update_credentials({"SVC_API_KEY": "after"})  # the control plane's push ends the hold
