@@ -18,6 +18,7 @@ import asyncio
 import copy
 import logging
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -32,7 +33,7 @@ from accounts.services import IssuedToken, exchange_identity_token, issue_sandbo
 from audit.models import EventType
 from audit.services import record_event
 from sandboxes.daemon_client import DaemonError, PendingExchange
-from sandboxes.models import Sandbox, SandboxStatus
+from sandboxes.models import ACTIVE_STATUSES, Sandbox, SandboxStatus
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ CONFIG_FILE = "~/.svc.config"
 ACCEPT_WAIT_SECONDS = 5.0
 # How long the exchange's outcome may take: the daemon's own limit on it, with a margin.
 OUTCOME_WAIT_SECONDS = 15.0
+# How long recording a successful exchange waits (see _finish_provisioning).
+RECORD_DELAY_SECONDS = 0.2
 # A running sandbox without credentials this long after its create lost its first exchange (the
 # process that ran it died): the refresh job issues them.
 PROVISIONING_GRACE = timedelta(minutes=1)
@@ -127,8 +130,12 @@ def _finish_provisioning(sandbox: Sandbox, begun: PendingExchange | Exception) -
         except DaemonError as exc:
             begun = exc
         else:
-            token = ApiToken.objects.filter(sandbox_id=sandbox.pk, revoked_at__isnull=True).latest("created_at")
-            _record_issued(sandbox, token, via="sandbox")
+            # The token is in place and the sandbox's first command, usually sent right after the
+            # create, is running now: the bookkeeping waits rather than compete with it.
+            with _waiting_lock:
+                _waiting[sandbox.pk] = sandbox
+            time.sleep(RECORD_DELAY_SECONDS)
+            record_waiting(sandbox.pk)
             return "sandbox"
     if not isinstance(begun, DaemonError):
         raise begun
@@ -175,9 +182,30 @@ def start_provisioning(sandbox: Sandbox) -> threading.Thread:
     return thread
 
 
+# Sandboxes whose own exchange succeeded and is not recorded yet (see _finish_provisioning).
+_waiting: dict[str, Sandbox] = {}
+_waiting_lock = threading.Lock()
+
+
+def record_waiting(sandbox_id: str) -> None:
+    """Record the sandbox's own exchange now, if its recording is still waiting.
+
+    A destroy calls this first, so the audit log keeps the order things happened in (credentials
+    issued, then destroyed) however soon after its create a sandbox goes.
+    """
+    with _waiting_lock:
+        sandbox = _waiting.pop(sandbox_id, None)
+    if sandbox is not None:
+        # Revoked or not by now (a destroy in another process): the newest is the one it exchanged.
+        _record_issued(sandbox, ApiToken.objects.filter(sandbox_id=sandbox_id).latest("created_at"), via="sandbox")
+
+
 @transaction.atomic
 def _record_issued(sandbox: Sandbox, token: ApiToken, *, via: str) -> None:
-    Sandbox.objects.filter(pk=sandbox.pk).update(credentials_expires_at=token.expires_at, credentials_error="")
+    # A destroyed sandbox has no credentials any more; the event still says what was issued.
+    Sandbox.objects.filter(pk=sandbox.pk, status__in=ACTIVE_STATUSES).update(
+        credentials_expires_at=token.expires_at, credentials_error=""
+    )
     record_event(
         organization=sandbox.organization,
         event_type=EventType.CREDENTIALS_ISSUED,

@@ -172,6 +172,7 @@ def destroy_sandbox(
     *, sandbox: Sandbox, reason: str, principal: Principal | None = None, address: str = "", detail: str = ""
 ) -> bool:
     """Destroy once, whoever asks first (a person, the reaper, reconciliation). False if already gone."""
+    credentials.record_waiting(sandbox.pk)
     with transaction.atomic():
         locked = Sandbox.objects.select_for_update().filter(pk=sandbox.pk).first()
         if locked is None or locked.status in (SandboxStatus.DESTROYED, SandboxStatus.FAILED):

@@ -162,3 +162,18 @@ def test_a_sandbox_whose_first_exchange_was_lost_is_due_for_refresh(enabled: Act
     assert lost in due
     assert provisioning not in due
     assert healthy not in due
+
+
+def test_a_sandbox_destroyed_at_once_logs_its_credentials_before_its_destroy(api: httpx.Client) -> None:
+    # Recording a successful exchange waits a moment (so it does not compete with the first
+    # command); a destroy within that moment records it first, so the log keeps the real order.
+    sandbox_id = api.post("/api/v1/sandboxes").json()["id"]
+    assert stdout_of(exec_lines(api, sandbox_id, 'echo "${SVC_API_KEY:0:4}"')).strip() == "svc_"
+    assert api.delete(f"/api/v1/sandboxes/{sandbox_id}").status_code == 204
+    listed = api.get(f"/api/v1/sandboxes/{sandbox_id}/audit-logs").json()["results"]
+    types = [event["type"] for event in reversed(listed) if event["type"] != EventType.EXEC]
+    assert types == [EventType.SANDBOX_CREATE, EventType.CREDENTIALS_ISSUED, EventType.SANDBOX_DESTROY]
+    issued = next(event for event in listed if event["type"] == EventType.CREDENTIALS_ISSUED)
+    assert issued["data"]["via"] == "sandbox"
+    # Its token died with it.
+    assert ApiToken.objects.get(sandbox_id=sandbox_id).revoked_at is not None
