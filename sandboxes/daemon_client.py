@@ -551,6 +551,12 @@ class PendingExchange:
             size -= len(chunk)
         return b"".join(chunks)
 
+    def send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            raise DaemonUnavailable(f"connection to the sandbox daemon broke: {exc}") from exc
+
     def message(self, timeout: float) -> dict[str, Any]:
         """The next message (blocking, at most ``timeout`` seconds of silence); errors raise DaemonError."""
         self._sock.settimeout(timeout)
@@ -658,7 +664,7 @@ class DaemonClient:
         sock = self._connect_blocking(timeout)
         pending = PendingExchange(sock)
         try:
-            sock.sendall(
+            pending.send(
                 encode_json(
                     {
                         "v": PROTOCOL_VERSION,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from sandboxes.daemon_client import DaemonClient, DaemonError
+from sandboxes.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from sandboxes.runtimes.base import DaemonAddress
 from tests.runtimes.conftest import ServiceStub, _Handler
 
 
@@ -71,3 +73,10 @@ async def test_an_unreachable_exchange_says_so(client: DaemonClient) -> None:
     assert failed.value.code == "exchange_failed"
     assert "unreachable" in failed.value.message
     await client.update_credentials({"SVC_API_KEY": "after"})  # the control plane's push ends the hold
+
+
+def test_a_daemon_that_is_gone_cannot_take_an_exchange_on(tmp_path: Path) -> None:
+    # What the create hands to the control plane's own exchange instead (credentials.start_provisioning).
+    gone = DaemonClient(DaemonAddress(unix_path=str(tmp_path / "no-daemon.sock")), "secret")
+    with pytest.raises(DaemonUnavailable, match="cannot reach the sandbox daemon"):
+        gone.begin_exchange(url="http://service/x", identity_token="identity", base_url="http://service")
