@@ -10,7 +10,8 @@ shared):
   (a) POST /sandboxes -> first exec `true` done, warm pool and cold, / a bare `bwrap ... sh -c true`
       with the runtime's namespaces (target <= 3 and < 100 ms)
   (b) exec `true` round trip over HTTP / `bash -c true` spawned inside the sandbox, which is what
-      the daemon runs for every exec (target <= 2); plain `true` is printed too.
+      the daemon runs for every exec (target <= 2), the two measured in alternating rounds; plain
+      `true` is printed too.
   (a) and (b) use the standard library's keep-alive HTTP client: httpx spends most of a millisecond
       of its own per request, which is the client's cost, not the service's (its figures are printed
       too)
@@ -51,6 +52,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
 CREATE_REPEATS = 21
 EXEC_REPEATS = 200
+# (b) alternates this many rounds of spawns inside and round trips (EXEC_REPEATS in all).
+EXEC_ROUNDS = 10
 STREAM_BYTES = 256 * MB
 FILE_BYTES = 256 * MB
 BIG_FILE_BYTES = 1024 * MB
@@ -202,15 +205,23 @@ class LeanClient:
         self.connection.close()
 
 
-def lean_exec_round_trips(url: str, auth: dict[str, str], sandbox_id: str, repeats: int) -> Figure:
-    """exec `true` round trips with http.client on one keep-alive connection, whole NDJSON read."""
-    client = LeanClient(url, auth)
+def exec_round_trips_alongside_spawns(
+    url: str, auth: dict[str, str], client: httpx.Client, sandbox_id: str, rounds: int
+) -> tuple[Figure, float]:
+    """exec `true` round trips (keep-alive client, whole NDJSON read) and `bash -c true` spawned
+    inside, in alternating rounds: the ratio compares the two under the same machine conditions."""
+    lean = LeanClient(url, auth)
     try:
         for _ in range(5):
-            client.exec_true(sandbox_id)
-        return _stats([_timed(lambda: client.exec_true(sandbox_id)) for _ in range(repeats)])
+            lean.exec_true(sandbox_id)
+        trips: list[float] = []
+        spawns: list[float] = []
+        for _ in range(rounds):
+            spawns.append(spawn_inside_seconds(client, sandbox_id, ["/bin/bash", "-c", "true"], repeats=40))
+            trips.extend(_timed(lambda: lean.exec_true(sandbox_id)) for _ in range(EXEC_REPEATS // rounds))
+        return _stats(trips), statistics.median(spawns)
     finally:
-        client.close()
+        lean.close()
 
 
 def _create(client: httpx.Client) -> str:
@@ -329,14 +340,14 @@ def _create_to_first_exec(
     return _stats(samples[1:]), _stats(bare[1:])
 
 
-def spawn_inside_seconds(client: httpx.Client, sandbox_id: str, argv: list[str]) -> float:
+def spawn_inside_seconds(client: httpx.Client, sandbox_id: str, argv: list[str], repeats: int = 200) -> float:
     script = (
         "import subprocess, time, statistics\n"
         f"argv = {argv!r}\n"
         "samples = []\n"
-        "for _ in range(200):\n"
+        f"for _ in range({repeats}):\n"
         "    t = time.perf_counter(); subprocess.run(argv); samples.append(time.perf_counter() - t)\n"
-        "print(statistics.median(samples[20:]))\n"
+        f"print(statistics.median(samples[{repeats // 10}:]))\n"
     )
     exit_code, out = _exec(client, sandbox_id, f"python3 - <<'PY'\n{script}PY")
     assert exit_code == 0, out
@@ -546,12 +557,11 @@ def run() -> dict[str, float]:
             warm_httpx, warm_httpx_bwrap = create_to_first_exec_httpx(service, client, CREATE_REPEATS, POOL_SIZE)
 
             sandbox_id = _create(client)
-            spawn_bash = spawn_inside_seconds(client, sandbox_id, ["/bin/bash", "-c", "true"])
+            round_trip, spawn_bash = exec_round_trips_alongside_spawns(
+                service.url, auth, client, sandbox_id, EXEC_ROUNDS
+            )
             spawn_true = spawn_inside_seconds(client, sandbox_id, ["true"])
-            for _ in range(5):
-                _exec(client, sandbox_id, "true")
             httpx_round_trip = _stats([_timed(lambda: _exec(client, sandbox_id, "true")) for _ in range(EXEC_REPEATS)])
-            round_trip = lean_exec_round_trips(service.url, auth, sandbox_id, EXEC_REPEATS)
 
             pipe = bare_pipe_mb_s(STREAM_BYTES)
             stream = exec_stream_mb_s(client, sandbox_id, STREAM_BYTES)
