@@ -79,15 +79,14 @@ def exchange_identity_token(*, subject_token: str) -> IssuedToken:
     subject = oidc.resolve_subject(claims)
     if subject is None:
         raise oidc.IdentityTokenError("the subject is unknown or no longer exists")
-    # At most one row (user and organization are unique together): a slice spares first()'s ordering.
-    membership = next(
-        iter(
-            Membership.objects.select_related("user", "organization").filter(
-                user_id=subject.user_id, organization_id=subject.organization_id
-            )[:1]
-        ),
-        None,
-    )
+    # get(), not first(): user and organization are unique together, and first()'s ordering is work
+    # for nothing on every sandbox's start.
+    try:
+        membership = Membership.objects.select_related("user", "organization").get(
+            user_id=subject.user_id, organization_id=subject.organization_id
+        )
+    except Membership.DoesNotExist:
+        membership = None
     if membership is None or not membership.user.is_active:
         raise oidc.IdentityTokenError("the subject's user is no longer a member of the organization")
     return issue_sandbox_token(

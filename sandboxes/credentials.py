@@ -64,15 +64,14 @@ def resolve_sandbox_subject(claims: dict[str, Any]) -> oidc.ExchangeSubject | No
     sandbox_id = claims.get("sandbox_id")
     if not isinstance(sandbox_id, str):
         return None
-    # A slice, not first(): the pk names one row, and first()'s ordering is work for nothing on
-    # every sandbox's start.
-    rows = Sandbox.objects.filter(
-        pk=sandbox_id, status__in=(SandboxStatus.CREATING, SandboxStatus.RUNNING)
-    ).values_list("organization_id", "created_by_id")[:1]
-    found = next(iter(rows), None)
-    if found is None:
+    # get(), not first(): the pk names one row, and first()'s ordering is work for nothing on every
+    # sandbox's start.
+    try:
+        organization_id, created_by_id = Sandbox.objects.values_list("organization_id", "created_by_id").get(
+            pk=sandbox_id, status__in=ACTIVE_STATUSES
+        )
+    except Sandbox.DoesNotExist:
         return None
-    organization_id, created_by_id = found
     if organization_id != claims.get("org") or created_by_id is None:
         return None
     return oidc.ExchangeSubject(user_id=created_by_id, organization_id=organization_id, sandbox_id=sandbox_id)

@@ -5,19 +5,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 from rest_framework import serializers
 
 from common.errors import ApiError
 from sandboxes.models import Sandbox
 
+# One field for every timestamp of the document, written as the declared fields would write them.
+_DATETIME = serializers.DateTimeField()
+
 
 def _datetime(value: datetime | None) -> str | None:
-    """As DRF's DateTimeField writes it: in the current time zone, UTC written "Z"."""
-    if value is None:
-        return None
-    text = value.astimezone(timezone.get_current_timezone()).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
+    return None if value is None else str(_DATETIME.to_representation(value))
 
 
 class SandboxSerializer(serializers.ModelSerializer[Sandbox]):
