@@ -76,22 +76,25 @@ def revoke_sandbox_tokens(*, sandbox_id: str) -> int:
 def exchange_identity_token(*, subject_token: str) -> IssuedToken:
     """RFC 8693: a verified identity token of a live sandbox buys a short-lived read-only API token."""
     claims = oidc.verify_identity_token(subject_token)
-    subject = oidc.resolve_subject(claims)
-    if subject is None:
-        raise oidc.IdentityTokenError("the subject is unknown or no longer exists")
-    # get(), not first(): user and organization are unique together, and first()'s ordering is work
-    # for nothing on every sandbox's start.
-    try:
-        membership = Membership.objects.select_related("user", "organization").get(
-            user_id=subject.user_id, organization_id=subject.organization_id
+    # One transaction from the subject's lookup to the token: a resolver may wait in it for a
+    # subject still being committed (a sandbox's create), and a token is only issued for what it saw.
+    with transaction.atomic():
+        subject = oidc.resolve_subject(claims)
+        if subject is None:
+            raise oidc.IdentityTokenError("the subject is unknown or no longer exists")
+        # get(), not first(): user and organization are unique together, and first()'s ordering is
+        # work for nothing on every sandbox's start.
+        try:
+            membership = Membership.objects.select_related("user", "organization").get(
+                user_id=subject.user_id, organization_id=subject.organization_id
+            )
+        except Membership.DoesNotExist:
+            membership = None
+        if membership is None or not membership.user.is_active:
+            raise oidc.IdentityTokenError("the subject's user is no longer a member of the organization")
+        return issue_sandbox_token(
+            user=membership.user, organization=membership.organization, sandbox_id=subject.sandbox_id
         )
-    except Membership.DoesNotExist:
-        membership = None
-    if membership is None or not membership.user.is_active:
-        raise oidc.IdentityTokenError("the subject's user is no longer a member of the organization")
-    return issue_sandbox_token(
-        user=membership.user, organization=membership.organization, sandbox_id=subject.sandbox_id
-    )
 
 
 @transaction.atomic

@@ -644,6 +644,7 @@ def run() -> dict[str, float]:
         )
         _row("(a) create -> first exec, cold", cold_ms, "ms", _ms(cold_bwrap), cold[0] / cold_bwrap[0], "(no pool)")
         _row("(b) exec `true` round trip", rt_ms, "ms", (1000 * spawn_bash,) * 3, round_trip[0] / spawn_bash, "<= 2")
+        print(f"{'':<38} (bare limit: `bash -c true` spawned inside; every exec runs its command as bash -c)")
         print(f"{'':<38} bare `true` spawn inside: {1000 * spawn_true:.3g} ms (ratio {round_trip[0] / spawn_true:.3g})")
         print(
             f"{'':<38} with httpx as the client: {1000 * httpx_round_trip[0]:.3g} ms "

@@ -9,7 +9,9 @@ old one expires and pushed through the daemon; the old one simply runs out.
 The first exchange runs in the background of the create (``start_provisioning``): the create answers
 as soon as the daemon holds new commands until the token is in place, so the exchange's round trip
 overlaps the client's next request instead of adding to the create, and the first exec still sees
-``SVC_API_KEY``. The sandbox's ``credentials`` detail fills in a few milliseconds later.
+``SVC_API_KEY``. A create from the warm pool hands the exchange over even before it commits
+(``send_exchange``); the exchange waits for that commit. The sandbox's ``credentials`` detail fills
+in a few milliseconds later.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, transaction
+from django.db import connection, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -32,7 +34,7 @@ from accounts.models import ApiToken, Organization
 from accounts.services import IssuedToken, exchange_identity_token, issue_sandbox_token, revoke_token
 from audit.models import EventType
 from audit.services import record_event
-from sandboxes.daemon_client import DaemonError, PendingExchange
+from sandboxes.daemon_client import DaemonClient, DaemonError, PendingExchange
 from sandboxes.models import ACTIVE_STATUSES, Sandbox, SandboxStatus
 
 logger = logging.getLogger(__name__)
@@ -61,18 +63,24 @@ def identity_token(sandbox: Sandbox) -> str:
 
 def resolve_sandbox_subject(claims: dict[str, Any]) -> oidc.ExchangeSubject | None:
     """Identity claims → the live sandbox they name (registered with the token exchange)."""
-    sandbox_id = claims.get("sandbox_id")
-    if not isinstance(sandbox_id, str):
+    sandbox_id, organization_id = claims.get("sandbox_id"), claims.get("org")
+    if not isinstance(sandbox_id, str) or not isinstance(organization_id, str):
         return None
+    # A create from the warm pool hands its sandbox the identity token before it commits the
+    # sandbox's row, holding its organization's lock until then: once that lock is ours, the row is
+    # visible if it was committed at all. (On SQLite the exchange's IMMEDIATE transaction waits for
+    # the create's in the same way, so there is nothing to lock.)
+    if connection.features.has_select_for_update:
+        Organization.objects.select_for_update().filter(pk=organization_id).exists()
     # get(), not first(): the pk names one row, and first()'s ordering is work for nothing on every
     # sandbox's start.
     try:
-        organization_id, created_by_id = Sandbox.objects.values_list("organization_id", "created_by_id").get(
-            pk=sandbox_id, status__in=ACTIVE_STATUSES
+        created_by_id = Sandbox.objects.values_list("created_by_id", flat=True).get(
+            pk=sandbox_id, organization_id=organization_id, status__in=ACTIVE_STATUSES
         )
     except Sandbox.DoesNotExist:
         return None
-    if organization_id != claims.get("org") or created_by_id is None:
+    if created_by_id is None:
         return None
     return oidc.ExchangeSubject(user_id=created_by_id, organization_id=organization_id, sandbox_id=sandbox_id)
 
@@ -98,16 +106,19 @@ def _push(sandbox: Sandbox, issued: IssuedToken) -> None:
     asyncio.run(client.update_credentials({"SVC_API_KEY": issued.raw, "SVC_BASE_URL": document["baseUrl"]}, document))
 
 
-def _begin_exchange(sandbox: Sandbox) -> PendingExchange:
-    """Hand the daemon the sandbox's own exchange; returns once it holds new commands for it."""
-    from sandboxes.services import daemon_client
+def send_exchange(sandbox: Sandbox, client: DaemonClient) -> PendingExchange:
+    """Hand the daemon the sandbox's own exchange, without waiting for its answer.
 
+    A create from the warm pool calls this before its transaction commits the sandbox's row, so the
+    exchange's round trip overlaps the commit; the exchange waits for that commit
+    (``resolve_sandbox_subject``). ``start_provisioning`` then reads the daemon's ``accepted``.
+    """
     extra = {
         "organization": {"id": sandbox.organization_id, "slug": sandbox.organization.slug},
         "sandboxId": sandbox.pk,
         "userId": sandbox.created_by_id,
     }
-    return daemon_client(sandbox).begin_exchange(
+    return client.send_exchange(
         url=f"{settings.SANDBOX_SERVICE_URL}/api/v1/auth/token-exchange",
         identity_token=identity_token(sandbox),
         base_url=settings.SANDBOX_SERVICE_URL,
@@ -145,13 +156,14 @@ def _finish_provisioning(sandbox: Sandbox, begun: PendingExchange | Exception) -
     return "control-plane"
 
 
-def start_provisioning(sandbox: Sandbox) -> threading.Thread:
+def start_provisioning(sandbox: Sandbox, sent: PendingExchange | Exception | None = None) -> threading.Thread:
     """Give a just-started sandbox its credentials, without waiting for them.
 
     Returns once the daemon holds new commands until they are in place (it took the sandbox's own
-    exchange on: one round trip on its socket); a thread waits for the outcome and records it, or
-    runs the control plane's exchange instead. A failure is recorded on the sandbox
-    (``credentials.error``) and left to the refresh job.
+    exchange on: one round trip on its socket, or the answer to the exchange already ``sent`` to it,
+    or the error sending it raised); a thread waits for the outcome and records it, or runs the
+    control plane's exchange instead. A failure is recorded on the sandbox (``credentials.error``)
+    and left to the refresh job.
     """
     # A copy of its own (with the organization loaded): the create goes on changing and
     # serializing the caller's instance.
@@ -159,7 +171,14 @@ def start_provisioning(sandbox: Sandbox) -> threading.Thread:
     sandbox = copy.copy(sandbox)
     begun: PendingExchange | Exception
     try:
-        begun = _begin_exchange(sandbox)
+        if sent is None:
+            from sandboxes.services import daemon_client
+
+            sent = send_exchange(sandbox, daemon_client(sandbox))
+        if isinstance(sent, Exception):
+            raise sent
+        sent.accepted(ACCEPT_WAIT_SECONDS)
+        begun = sent
     except Exception as exc:
         # The thread decides: the control plane's exchange for a daemon that did not take it on,
         # a recorded failure otherwise. The create goes on either way.

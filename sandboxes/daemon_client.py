@@ -569,6 +569,17 @@ class PendingExchange:
             raise DaemonUnavailable("unexpected data from the sandbox daemon")
         return _check(decode_json(payload))
 
+    def accepted(self, timeout: float) -> None:
+        """Wait until the daemon took the exchange on (it holds new commands from then on)."""
+        try:
+            answer = self.message(timeout)
+        except BaseException:
+            self.close()
+            raise
+        if answer.get("type") != "accepted":
+            self.close()
+            raise DaemonUnavailable("the sandbox daemon did not accept a background exchange")
+
     def outcome(self, timeout: float) -> dict[str, Any]:
         """Wait for the exchange's answer (``{"type": "ok", "expiresIn", "tokenPrefix"}``), then close."""
         try:
@@ -661,8 +672,22 @@ class DaemonClient:
         holds new commands until the token is installed; the exchange's outcome is read later from
         the returned object.
         """
-        sock = self._connect_blocking(timeout)
-        pending = PendingExchange(sock)
+        pending = self.send_exchange(url=url, identity_token=identity_token, base_url=base_url, config=config)
+        pending.accepted(timeout)
+        return pending
+
+    def send_exchange(
+        self,
+        *,
+        url: str,
+        identity_token: str,
+        base_url: str,
+        config: Mapping[str, Any] | None = None,
+        timeout: float = 5.0,
+    ) -> PendingExchange:
+        """``begin_exchange`` without waiting for the daemon's answer: the caller goes on with its own
+        work while the daemon takes the exchange on, and reads ``accepted`` later."""
+        pending = PendingExchange(self._connect_blocking(timeout))
         try:
             pending.send(
                 encode_json(
@@ -678,13 +703,9 @@ class DaemonClient:
                     }
                 )
             )
-            accepted = pending.message(timeout)
         except BaseException:
             pending.close()
             raise
-        if accepted.get("type") != "accepted":
-            pending.close()
-            raise DaemonUnavailable("the sandbox daemon did not accept a background exchange")
         return pending
 
     def _connect_blocking(self, timeout: float) -> socket.socket:

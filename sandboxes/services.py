@@ -28,7 +28,7 @@ from common.errors import ApiError
 from common.principal import Principal
 from common.ttlcache import TtlCache
 from sandboxes import credentials
-from sandboxes.daemon_client import DaemonClient
+from sandboxes.daemon_client import DaemonClient, PendingExchange
 from sandboxes.models import ACTIVE_STATUSES, DestroyReason, Sandbox, SandboxStatus
 from sandboxes.pool import get_pool
 from sandboxes.runtime import get_runtime, parse_address
@@ -41,13 +41,17 @@ logger = logging.getLogger(__name__)
 STALE_CREATE = timedelta(minutes=2)
 
 
-def _reserve_slot(*, principal: Principal, address: str) -> tuple[Sandbox, SandboxHandle | None]:
+def _reserve_slot(
+    *, principal: Principal, address: str
+) -> tuple[Sandbox, SandboxHandle | None, PendingExchange | Exception | None]:
     """A slot, and a warm-pool sandbox for it when one is ready (the row then takes its id).
 
     With a pool member the row is written as it ends up (running, where its daemon is) together
-    with the create's audit event: a create from the pool commits once.
+    with the create's audit event: a create from the pool commits once. The member is handed its
+    credentials exchange before that commit (returned: what was sent, or why it could not be).
     """
     handle: SandboxHandle | None = None
+    exchange: PendingExchange | Exception | None = None
     try:
         with transaction.atomic():
             # The row lock serializes creates per organization (PostgreSQL); SQLite's IMMEDIATE
@@ -81,7 +85,7 @@ def _reserve_slot(*, principal: Principal, address: str) -> tuple[Sandbox, Sandb
                     "daemon_secret_encrypted": encrypt(handle.secret),
                     "limits": _limits_record(handle),
                 }
-            sandbox = Sandbox.objects.create(
+            sandbox = Sandbox(
                 **fields,
                 organization=org,
                 created_by=principal.user,
@@ -89,12 +93,23 @@ def _reserve_slot(*, principal: Principal, address: str) -> tuple[Sandbox, Sandb
                 last_activity_at=timezone.now(),
             )
             if handle is not None:
+                # The exchange's round trip is what the sandbox's first command waits for: it starts
+                # now and overlaps the rest of this transaction, which it waits for (the organization's
+                # lock is held until the commit).
+                try:
+                    exchange = credentials.send_exchange(sandbox, DaemonClient(handle.address, handle.secret))
+                except Exception as exc:
+                    exchange = exc
+            sandbox.save(force_insert=True)
+            if handle is not None:
                 _record_create(sandbox, principal, address)
     except BaseException:
+        if isinstance(exchange, PendingExchange):
+            exchange.close()
         if handle is not None:
             get_runtime().destroy(handle.sandbox_id)
         raise
-    return sandbox, handle
+    return sandbox, handle, exchange
 
 
 def _limits_record(handle: SandboxHandle) -> dict[str, Any]:
@@ -153,13 +168,11 @@ def _start_cold(sandbox: Sandbox, principal: Principal, address: str) -> None:
 
 
 def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
-    sandbox, handle = _reserve_slot(principal=principal, address=address)
+    sandbox, handle, exchange = _reserve_slot(principal=principal, address=address)
     if handle is None:
         _start_cold(sandbox, principal, address)
     else:
-        # Committed: the exchange can find the sandbox. Its round trip is what the first command
-        # waits for, so it starts before anything else.
-        credentials.start_provisioning(sandbox)
+        credentials.start_provisioning(sandbox, exchange)
     # Its activity was just recorded: the first operations after the create need not write it again.
     with _touched_lock:
         _remember_touch(sandbox.pk, time.monotonic())

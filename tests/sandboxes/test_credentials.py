@@ -177,3 +177,80 @@ def test_a_sandbox_destroyed_at_once_logs_its_credentials_before_its_destroy(api
     assert issued["data"]["via"] == "sandbox"
     # Its token died with it.
     assert ApiToken.objects.get(sandbox_id=sandbox_id).revoked_at is not None
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_an_exchange_waits_for_the_create_of_its_sandbox(enabled: Actor, outcome: str) -> None:
+    """A create from the warm pool hands its sandbox the identity token before committing the row:
+    an exchange arriving meanwhile waits for that commit and gets a token, or is refused if the
+    create rolled back (never a token for a sandbox that does not exist)."""
+    import threading
+
+    from django.db import connections, transaction
+    from django.utils import timezone
+
+    from accounts import oidc
+    from accounts.models import Organization
+    from accounts.services import exchange_identity_token
+    from sandboxes import credentials
+    from sandboxes.models import SandboxStatus
+
+    sandbox = Sandbox(
+        id="sbx_inflightcreate0000000000",
+        organization=enabled.organization,
+        created_by=enabled.user,
+        status=SandboxStatus.RUNNING,
+        runtime="local",
+        last_activity_at=timezone.now(),
+    )
+    identity = credentials.identity_token(sandbox)
+    in_transaction, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    class RollbackError(Exception):
+        pass
+
+    def create() -> None:
+        try:
+            with transaction.atomic():
+                Organization.objects.select_for_update().get(pk=enabled.organization.pk)
+                sandbox.save(force_insert=True)
+                in_transaction.set()
+                release.wait(10)
+                events.append("create ended")
+                if outcome == "rollback":
+                    raise RollbackError
+        except RollbackError:
+            pass
+        finally:
+            connections.close_all()
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    assert in_transaction.wait(10)
+    result: dict[str, Any] = {}
+
+    def exchange() -> None:
+        try:
+            result["issued"] = exchange_identity_token(subject_token=identity)
+        except oidc.IdentityTokenError as exc:
+            result["error"] = exc
+        finally:
+            events.append("exchange answered")
+            connections.close_all()
+
+    exchanger = threading.Thread(target=exchange)
+    exchanger.start()
+    exchanger.join(0.5)
+    assert exchanger.is_alive(), "the exchange answered while the create was still open"
+    release.set()
+    creator.join(10)
+    exchanger.join(10)
+    assert events == ["create ended", "exchange answered"]
+    if outcome == "commit":
+        assert result["issued"].token.sandbox_id == sandbox.pk
+        assert result["issued"].token.read_only
+    else:
+        assert "issued" not in result
+        assert "unknown" in str(result["error"])
+        assert not ApiToken.objects.filter(sandbox_id=sandbox.pk).exists()
