@@ -656,7 +656,7 @@ class DaemonClient:
         ) as c:
             await c.message()
 
-    def begin_exchange(
+    def send_exchange(
         self,
         *,
         url: str,
@@ -668,25 +668,10 @@ class DaemonClient:
         """Have the sandbox authenticate itself: the daemon calls the token exchange from inside.
 
         Blocking (no event loop: a create calls it from its worker thread, where starting one would
-        cost more than the call). Returns as soon as the daemon answered ``accepted``, from when it
-        holds new commands until the token is installed; the exchange's outcome is read later from
-        the returned object.
+        cost more than the call), and without waiting for the daemon's answer: the caller goes on with
+        its own work meanwhile and reads it with ``accepted``, from when the daemon holds new
+        commands until the token is installed. The exchange's outcome is read after that.
         """
-        pending = self.send_exchange(url=url, identity_token=identity_token, base_url=base_url, config=config)
-        pending.accepted(timeout)
-        return pending
-
-    def send_exchange(
-        self,
-        *,
-        url: str,
-        identity_token: str,
-        base_url: str,
-        config: Mapping[str, Any] | None = None,
-        timeout: float = 5.0,
-    ) -> PendingExchange:
-        """``begin_exchange`` without waiting for the daemon's answer: the caller goes on with its own
-        work while the daemon takes the exchange on, and reads ``accepted`` later."""
         pending = PendingExchange(self._connect_blocking(timeout))
         try:
             pending.send(

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from sandboxes.daemon_client import DaemonClient, DaemonError, DaemonUnavailable, PendingExchange
 from sandboxes.runtimes.base import DaemonAddress
 from tests.runtimes.conftest import ServiceStub, _Handler
+
+
+def _begin_exchange(client: DaemonClient, *, url: str, identity_token: str, base_url: str) -> PendingExchange:
+    """The exchange as a create hands it over: sent, then taken on (``accepted``)."""
+    pending = client.send_exchange(url=url, identity_token=identity_token, base_url=base_url)
+    pending.accepted(5)
+    return pending
 
 
 def _exchange_url(stub: ServiceStub, path: str) -> str:
@@ -21,7 +28,8 @@ async def test_a_background_exchange_holds_new_commands_until_the_token_is_in(
     client: DaemonClient, service_stub: ServiceStub
 ) -> None:
     pending = await asyncio.to_thread(
-        client.begin_exchange,
+        _begin_exchange,
+        client,
         url=_exchange_url(service_stub, "/slow-exchange"),
         identity_token="identity",
         base_url="http://service",
@@ -39,7 +47,8 @@ async def test_after_a_failed_background_exchange_commands_wait_for_the_control_
     client: DaemonClient, service_stub: ServiceStub
 ) -> None:
     pending = await asyncio.to_thread(
-        client.begin_exchange,
+        _begin_exchange,
+        client,
         url=_exchange_url(service_stub, "/failing-exchange"),
         identity_token="identity",
         base_url="http://service",
@@ -66,7 +75,7 @@ async def test_a_plain_exchange_holds_nothing(client: DaemonClient) -> None:
 async def test_an_unreachable_exchange_says_so(client: DaemonClient) -> None:
     # Nothing listens on port 9 inside the sandbox: the exchange fails at once, with the reason.
     pending = await asyncio.to_thread(
-        client.begin_exchange, url="http://127.0.0.1:9/exchange", identity_token="identity", base_url="http://service"
+        _begin_exchange, client, url="http://127.0.0.1:9/exchange", identity_token="identity", base_url="http://service"
     )
     with pytest.raises(DaemonError) as failed:
         await asyncio.to_thread(pending.outcome, 10)
@@ -79,4 +88,4 @@ def test_a_daemon_that_is_gone_cannot_take_an_exchange_on(tmp_path: Path) -> Non
     # What the create hands to the control plane's own exchange instead (credentials.start_provisioning).
     gone = DaemonClient(DaemonAddress(unix_path=str(tmp_path / "no-daemon.sock")), "secret")
     with pytest.raises(DaemonUnavailable, match="cannot reach the sandbox daemon"):
-        gone.begin_exchange(url="http://service/x", identity_token="identity", base_url="http://service")
+        gone.send_exchange(url="http://service/x", identity_token="identity", base_url="http://service")
