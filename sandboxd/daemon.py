@@ -76,6 +76,12 @@ LINGER_SECONDS = 0.2
 STARTED_DELAY_SECONDS = 0.005
 
 AUTH_TIMEOUT_SECONDS = 10.0
+# Operations after which a connection may carry the client's next request: each ends with a final
+# message and leaves nothing unread. The control plane keeps such a connection for its next command,
+# which then costs no connect, accept and hand-over to a worker thread.
+REUSABLE_OPS = frozenset({"exec", "ping"})
+# How long a kept connection may wait for that next request (the control plane gives up on it sooner).
+IDLE_CONNECTION_SECONDS = 60.0
 # An exec or process started while the sandbox fetches its credentials waits for them (so it sees
 # SVC_API_KEY), but no longer than this after the fetch began: a control plane that died half-way
 # must not leave every command waiting.
@@ -457,13 +463,22 @@ class Daemon:
     def handle(self, sock: socket.socket) -> None:
         conn = Connection(sock)
         try:
+            reusable = self._serve(conn, kept=False)
+            while reusable:
+                reusable = self._serve(conn, kept=True)
+        finally:
+            conn.close()
+
+    def _serve(self, conn: Connection, *, kept: bool) -> bool:
+        """One request of the connection; True when it may carry another (see REUSABLE_OPS)."""
+        try:
             try:
-                request = self._authenticate(conn)
+                request = self._authenticate(conn, kept=kept)
             except RequestError as exc:
                 self._send_error(conn, exc)
-                return
+                return False
             if request is None:
-                return
+                return False
             op = request.get("op")
             handler = self._handlers.get(op) if isinstance(op, str) else None
             try:
@@ -472,8 +487,10 @@ class Daemon:
                 handler(request, conn)
             except RequestError as exc:
                 self._send_error(conn, exc)
+                return False
             except ClientGone:
-                pass
+                return False
+            return op in REUSABLE_OPS
         except (ProtocolError, OSError) as exc:
             del exc  # the client went away or spoke nonsense; nothing to report to it
         except Exception:
@@ -481,14 +498,17 @@ class Daemon:
 
             log(f"request failed:\n{traceback.format_exc()}")
             self._send_error(conn, RequestError(ErrorCode.INTERNAL, "internal daemon error"))
-        finally:
-            conn.close()
+        return False
 
-    def _authenticate(self, conn: Connection) -> dict[str, Any] | None:
-        conn.sock.settimeout(AUTH_TIMEOUT_SECONDS)
+    def _authenticate(self, conn: Connection, *, kept: bool = False) -> dict[str, Any] | None:
+        """The connection's next request, its secret checked; None when the client closed it (or,
+        on a kept connection, sent nothing for IDLE_CONNECTION_SECONDS)."""
+        conn.sock.settimeout(IDLE_CONNECTION_SECONDS if kept else AUTH_TIMEOUT_SECONDS)
         try:
             first = conn.read_frame()
         except TimeoutError:
+            if kept:
+                return None
             raise RequestError(ErrorCode.UNAUTHORIZED, "no request received") from None
         conn.sock.settimeout(None)
         if first is None:

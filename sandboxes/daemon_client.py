@@ -14,6 +14,8 @@ import contextlib
 import os
 import socket
 import stat
+import threading
+import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -132,6 +134,94 @@ def _give_back_buffer(buffer: bytearray) -> None:
         _spare_buffers.append(buffer)
 
 
+# Connections to local daemons kept after a command, for the next one: the daemon serves further
+# requests on a connection after an exec (sandboxd's REUSABLE_OPS), and a kept one spares the next
+# command a connect, the daemon's accept and its hand-over to a worker thread. A few per daemon
+# (each holds one of the daemon's threads), given up long before the daemon's own limit
+# (IDLE_CONNECTION_SECONDS), so a daemon never closes one just as a request goes out on it. Only unix
+# sockets: a TCP peer that died goes unnoticed until a request waits in vain.
+KEPT_OPS = frozenset({"exec"})
+KEPT_PER_DAEMON = 4
+KEPT_SECONDS = 15.0
+_kept: dict[tuple[str, str], list[tuple[socket.socket, float]]] = {}
+_kept_lock = threading.Lock()
+_kept_pruned = 0.0
+
+
+def _prune_kept(now: float) -> None:
+    """Close kept connections past KEPT_SECONDS (those of destroyed sandboxes among them); under the lock."""
+    global _kept_pruned
+    if now - _kept_pruned < 1.0:
+        return
+    _kept_pruned = now
+    for key, idle in list(_kept.items()):
+        for sock, since in idle:
+            if now - since >= KEPT_SECONDS:
+                sock.close()
+        fresh = [(sock, since) for sock, since in idle if now - since < KEPT_SECONDS]
+        if fresh:
+            _kept[key] = fresh
+        else:
+            del _kept[key]
+
+
+def _take_kept(key: tuple[str, str]) -> socket.socket | None:
+    now = time.monotonic()
+    with _kept_lock:
+        _prune_kept(now)
+        idle = _kept.get(key)
+        while idle:
+            sock, since = idle.pop()
+            if now - since < KEPT_SECONDS and _idle_and_open(sock):
+                return sock
+            sock.close()
+    return None
+
+
+def _idle_and_open(sock: socket.socket) -> bool:
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return True  # nothing to read and not closed: the daemon is waiting for a request
+    except OSError:
+        return False
+    return False  # closed by the daemon (it stopped), or bytes nobody asked for
+
+
+def _keep(key: tuple[str, str], sock: socket.socket) -> bool:
+    now = time.monotonic()
+    with _kept_lock:
+        _prune_kept(now)
+        idle = _kept.setdefault(key, [])
+        if len(idle) >= KEPT_PER_DAEMON:
+            return False
+        idle.append((sock, now))
+        return True
+
+
+def forget_kept(unix_path: str | None = None) -> None:
+    """Close the kept connections to the daemon at ``unix_path`` (its sandbox is being destroyed), or
+    all of them."""
+    with _kept_lock:
+        for key in [key for key in _kept if unix_path is None or key[0] == unix_path]:
+            for sock, _since in _kept.pop(key):
+                sock.close()
+
+
+def _forget_kept_in_child() -> None:
+    # A forked child must not share its parent's connections. Closed, not shut down: that would
+    # end the parent's too.
+    global _kept_lock
+    _kept_lock = threading.Lock()
+    for idle in _kept.values():
+        for sock, _since in idle:
+            sock.close()
+    _kept.clear()
+
+
+os.register_at_fork(after_in_child=_forget_kept_in_child)
+
+
 class _Connection:
     """A raw non-blocking socket speaking frames.
 
@@ -149,6 +239,8 @@ class _Connection:
         self._end = 0
         self._closed = False
         self._receiving = False
+        # Where the socket goes back after a finished request (a local daemon's reusable op).
+        self.keep_as: tuple[str, str] | None = None
 
     async def _fill(self, need: int) -> bool:
         """Make ``need`` bytes available from ``_start``; False on a clean EOF with nothing pending."""
@@ -279,6 +371,18 @@ class _Connection:
             await self._sendall(HEADER.pack(Kind.DATA, len(data)))
             await self._sendall(data)
 
+    def finish(self) -> None:
+        """The request was answered to its end: keep the connection for the next one, if it may be."""
+        if self._closed:
+            return
+        if self.keep_as is None or self._receiving or self._end != self._start:
+            self.abort()
+            return
+        self._closed = True
+        if not _keep(self.keep_as, self.sock):
+            self.sock.close()
+        self._release_buffer()
+
     def abort(self) -> None:
         # Immediately, without flushing: the daemon must notice a cancellation at once.
         if self._closed:
@@ -287,6 +391,9 @@ class _Connection:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        self._release_buffer()
+
+    def _release_buffer(self) -> None:
         buffer, self._buffer = self._buffer, bytearray()
         self._view = memoryview(self._buffer)
         self._start = self._end = 0
@@ -482,6 +589,8 @@ class ExecStream(_OneRequest):
                 if kind_name == "started":
                     yield ExecStarted(int(message["pid"]))
                 elif kind_name == "exit":
+                    # Answered to its end: the connection can carry the next command.
+                    self._connection.finish()
                     yield ExecExit(int(message["exitCode"]), bool(message.get("timedOut")), message.get("signal"))
                     return
         finally:
@@ -599,6 +708,29 @@ class DaemonClient:
         self.connect_timeout = connect_timeout
 
     async def _open(self, op: str, **fields: Any) -> _Connection:
+        request = {"v": PROTOCOL_VERSION, "op": op, "secret": self.secret, **fields}
+        if op in KEPT_OPS and self.address.unix_path is not None:
+            key = (self.address.unix_path, self.secret)
+            while (sock := _take_kept(key)) is not None:
+                connection = _Connection(sock)
+                connection.keep_as = key
+                try:
+                    await connection.send(request)
+                except DaemonUnavailable:
+                    connection.abort()  # gone meanwhile (the sandbox stopped): try the next, or connect
+                    continue
+                return connection
+        connection = await self._connect()
+        if op in KEPT_OPS and self.address.unix_path is not None:
+            connection.keep_as = (self.address.unix_path, self.secret)
+        try:
+            await connection.send(request)
+        except BaseException:
+            connection.abort()
+            raise
+        return connection
+
+    async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         if self.address.unix_path is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -629,13 +761,7 @@ class DaemonClient:
             if isinstance(exc, OSError | TimeoutError):
                 raise DaemonUnavailable(f"cannot reach the sandbox daemon at {self.address}: {exc}") from exc
             raise
-        connection = _Connection(sock)
-        try:
-            await connection.send({"v": PROTOCOL_VERSION, "op": op, "secret": self.secret, **fields})
-        except BaseException:
-            connection.abort()
-            raise
-        return connection
+        return _Connection(sock)
 
     @contextlib.asynccontextmanager
     async def _request(self, op: str, **fields: Any) -> AsyncIterator[_Connection]:

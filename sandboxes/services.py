@@ -28,7 +28,7 @@ from common.errors import ApiError
 from common.principal import Principal
 from common.ttlcache import TtlCache
 from sandboxes import credentials
-from sandboxes.daemon_client import DaemonClient, PendingExchange
+from sandboxes.daemon_client import DaemonClient, PendingExchange, forget_kept
 from sandboxes.models import ACTIVE_STATUSES, DestroyReason, Sandbox, SandboxStatus
 from sandboxes.pool import get_pool
 from sandboxes.runtime import get_runtime, parse_address
@@ -195,6 +195,9 @@ def destroy_sandbox(
         locked.destroy_reason = reason
         locked.save(update_fields=["status", "destroyed_at", "destroy_reason"])
     forget_running(sandbox.pk)
+    if locked.daemon_address.startswith("unix:"):
+        # Its daemon stops now: the connections this process kept to it go with it, not when they expire.
+        forget_kept(parse_address(locked.daemon_address).unix_path)
     revoke_sandbox_tokens(sandbox_id=sandbox.pk)
     try:
         get_runtime().destroy(sandbox.pk)
