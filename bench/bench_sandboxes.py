@@ -19,6 +19,8 @@ shared):
   (d) write-file and read-file MB/s with curl as the client / a local `cp` of the same size
       (target >= 0.5), and the server's RSS growth while a 1 GiB file goes each way (target < 50 MB);
       the same transfers with httpx are printed too (a Python client is slower than the service)
+  (c) and (d) take a sample of the bare limit and of the service in turn, ROUNDS times: the pipe's
+      and cp's own rates move by half within minutes on a shared machine.
   (e) 100 concurrent execs across 10 sandboxes: how many complete, and the server's peak RSS
 
 Standalone: .venv/bin/python -m bench.bench_sandboxes
@@ -54,6 +56,8 @@ CREATE_REPEATS = 21
 EXEC_REPEATS = 200
 # (b) alternates this many rounds of spawns inside and round trips (EXEC_REPEATS in all).
 EXEC_ROUNDS = 10
+# (c) and (d) take this many samples of the service and of the bare limit, in turn.
+ROUNDS = 5
 STREAM_BYTES = 256 * MB
 FILE_BYTES = 256 * MB
 BIG_FILE_BYTES = 1024 * MB
@@ -263,34 +267,24 @@ def bare_bwrap_seconds(repeats: int) -> Figure:
     return _stats([bare_bwrap_once() for _ in range(repeats)])
 
 
-def bare_pipe_mb_s(size: int) -> Figure:
-    samples = []
-    for _ in range(3):
-        started = time.perf_counter()
-        producer = subprocess.Popen(f"{PRODUCER} | head -c {size}", shell=True, stdout=subprocess.PIPE, bufsize=0)
-        assert producer.stdout is not None
-        received = 0
-        while chunk := producer.stdout.read(MB):  # unbuffered: whatever the pipe holds
-            received += len(chunk)
-        producer.wait()
-        samples.append(received / MB / (time.perf_counter() - started))
-    return _stats(samples)
+def bare_pipe_mb_s(size: int) -> float:
+    """The producer of (c) read from a raw pipe in this process, once."""
+    started = time.perf_counter()
+    producer = subprocess.Popen(f"{PRODUCER} | head -c {size}", shell=True, stdout=subprocess.PIPE, bufsize=0)
+    assert producer.stdout is not None
+    received = 0
+    while chunk := producer.stdout.read(MB):  # unbuffered: whatever the pipe holds
+        received += len(chunk)
+    producer.wait()
+    return received / MB / (time.perf_counter() - started)
 
 
-def bare_cp_mb_s(workdir: Path, size: int) -> Figure:
-    source, target = workdir / "cp-source", workdir / "cp-target"
-    with source.open("wb") as f:
-        chunk = os.urandom(MB)
-        for _ in range(size // MB):
-            f.write(chunk)
-    samples = []
-    for _ in range(3):
-        target.unlink(missing_ok=True)
-        elapsed = _timed(lambda: subprocess.run(["cp", str(source), str(target)], check=True))
-        samples.append(size / MB / elapsed)
-    source.unlink()
+def bare_cp_mb_s(source: Path, target: Path, size: int) -> float:
+    """A local `cp` of ``source``, once; the target absent when the clock starts."""
+    target.unlink(missing_ok=True)
+    elapsed = _timed(lambda: subprocess.run(["cp", str(source), str(target)], check=True))
     target.unlink()
-    return _stats(samples)
+    return size / MB / elapsed
 
 
 # --- through the service --------------------------------------------------------------------------
@@ -354,23 +348,30 @@ def spawn_inside_seconds(client: httpx.Client, sandbox_id: str, argv: list[str],
     return float(out.strip())
 
 
-def exec_stream_mb_s(client: httpx.Client, sandbox_id: str, size: int) -> Figure:
-    samples = []
-    for _ in range(3):
-        started = time.perf_counter()
-        received = 0
-        with client.stream(
-            "POST", f"/api/v1/sandboxes/{sandbox_id}/exec", json={"command": f"{PRODUCER} | head -c {size}"}
-        ) as response:
-            response.raise_for_status()
-            for line in response.iter_lines():
-                event = json.loads(line)
-                if event["type"] == "stdout":
-                    received += len(event["data"])
-        elapsed = time.perf_counter() - started
-        assert received == size, (received, size)
-        samples.append(size / MB / elapsed)
-    return _stats(samples)
+def exec_stream_mb_s(client: httpx.Client, sandbox_id: str, size: int) -> float:
+    started = time.perf_counter()
+    received = 0
+    with client.stream(
+        "POST", f"/api/v1/sandboxes/{sandbox_id}/exec", json={"command": f"{PRODUCER} | head -c {size}"}
+    ) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            event = json.loads(line)
+            if event["type"] == "stdout":
+                received += len(event["data"])
+    elapsed = time.perf_counter() - started
+    assert received == size, (received, size)
+    return size / MB / elapsed
+
+
+def exec_stream_alongside_pipe(client: httpx.Client, sandbox_id: str, size: int) -> tuple[Figure, Figure]:
+    """(c): the exec stream and the raw pipe, one sample of each in turn (ROUNDS), so the ratio
+    compares the two under the same machine conditions; (stream, pipe)."""
+    stream, pipe = [], []
+    for _ in range(ROUNDS):
+        pipe.append(bare_pipe_mb_s(size))
+        stream.append(exec_stream_mb_s(client, sandbox_id, size))
+    return _stats(stream), _stats(pipe)
 
 
 def _body(size: int) -> Iterator[bytes]:
@@ -423,31 +424,39 @@ class Curl:
             for _ in range(size // MB):
                 f.write(chunk)
 
-    def write_mb_s(
-        self, sandbox_id: str, size: int, repeats: int = 3, *, before: Callable[[], Any] = lambda: None
-    ) -> Figure:
-        samples = []
-        for _ in range(repeats):
-            before()
-            url = f"{self.url}/api/v1/sandboxes/{sandbox_id}/write-file?path=/home/ubuntu/big"
-            # -T streams the file (with its Content-Length); no Expect: 100-continue round trip.
-            argv = [*self.base, "-T", str(self.source), "-H", "Content-Type: application/octet-stream", "-H", "Expect:"]
-            started = time.perf_counter()
-            out = subprocess.run([*argv, url], check=True, capture_output=True).stdout
-            samples.append(size / MB / (time.perf_counter() - started))
-            assert json.loads(out)["size"] == size
-        return _stats(samples)
+    def write_mb_s(self, sandbox_id: str, size: int) -> float:
+        url = f"{self.url}/api/v1/sandboxes/{sandbox_id}/write-file?path=/home/ubuntu/big"
+        # -T streams the file (with its Content-Length); no Expect: 100-continue round trip.
+        argv = [*self.base, "-T", str(self.source), "-H", "Content-Type: application/octet-stream", "-H", "Expect:"]
+        started = time.perf_counter()
+        out = subprocess.run([*argv, url], check=True, capture_output=True).stdout
+        elapsed = time.perf_counter() - started
+        assert json.loads(out)["size"] == size
+        return size / MB / elapsed
 
-    def read_mb_s(self, sandbox_id: str, size: int, repeats: int = 3) -> Figure:
-        samples = []
-        for _ in range(repeats):
-            url = f"{self.url}/api/v1/sandboxes/{sandbox_id}/read-file?path=/home/ubuntu/big"
-            argv = [*self.base, "-o", "/dev/null", "-w", "%{size_download}", url]
-            started = time.perf_counter()
-            out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-            samples.append(size / MB / (time.perf_counter() - started))
-            assert int(out) == size
-        return _stats(samples)
+    def read_mb_s(self, sandbox_id: str, size: int) -> float:
+        url = f"{self.url}/api/v1/sandboxes/{sandbox_id}/read-file?path=/home/ubuntu/big"
+        argv = [*self.base, "-o", "/dev/null", "-w", "%{size_download}", url]
+        started = time.perf_counter()
+        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        elapsed = time.perf_counter() - started
+        assert int(out) == size
+        return size / MB / elapsed
+
+    def alongside_cp(
+        self, client: httpx.Client, sandbox_id: str, size: int, workdir: Path
+    ) -> tuple[Figure, Figure, Figure]:
+        """(d): write-file, read-file and a local `cp` of the same file, one sample of each in turn
+        (ROUNDS), so the ratios compare them under the same machine conditions; (write, read, cp).
+        As for cp, the target does not exist when a write's clock starts (freeing a replaced file
+        is the kernel's work, not the transfer's)."""
+        write, read, cp = [], [], []
+        for _ in range(ROUNDS):
+            cp.append(bare_cp_mb_s(self.source, workdir / "cp-target", size))
+            _exec(client, sandbox_id, "rm -f ~/big")
+            write.append(self.write_mb_s(sandbox_id, size))
+            read.append(self.read_mb_s(sandbox_id, size))
+        return _stats(write), _stats(read), _stats(cp)
 
 
 async def _concurrent_execs(url: str, auth: dict[str, str], sandbox_ids: list[str], per_sandbox: int) -> int:
@@ -563,24 +572,19 @@ def run() -> dict[str, float]:
             spawn_true = spawn_inside_seconds(client, sandbox_id, ["true"])
             httpx_round_trip = _stats([_timed(lambda: _exec(client, sandbox_id, "true")) for _ in range(EXEC_REPEATS)])
 
-            pipe = bare_pipe_mb_s(STREAM_BYTES)
-            stream = exec_stream_mb_s(client, sandbox_id, STREAM_BYTES)
+            stream, pipe = exec_stream_alongside_pipe(client, sandbox_id, STREAM_BYTES)
 
             # The 1 GiB transfers go first, so the growth is measured from the server's RSS before
             # any file went through it (an allocator keeps what it once grew to).
             curl = Curl(service.url, auth["Authorization"].removeprefix("Bearer "), workdir)
             curl.prepare(BIG_FILE_BYTES)
             with _PeakRss(service.process.pid) as write_rss:
-                curl.write_mb_s(sandbox_id, BIG_FILE_BYTES, repeats=1)
+                curl.write_mb_s(sandbox_id, BIG_FILE_BYTES)
             with _PeakRss(service.process.pid) as read_rss:
                 read_rss.before = write_rss.before
-                curl.read_mb_s(sandbox_id, BIG_FILE_BYTES, repeats=1)
-            cp = bare_cp_mb_s(workdir, FILE_BYTES)
+                curl.read_mb_s(sandbox_id, BIG_FILE_BYTES)
             curl.prepare(FILE_BYTES)
-            # As for cp, the target does not exist when the clock starts (freeing a replaced 256 MB
-            # file is the kernel's work, not the transfer's).
-            write = curl.write_mb_s(sandbox_id, FILE_BYTES, before=lambda: _exec(client, sandbox_id, "rm -f ~/big"))
-            read = curl.read_mb_s(sandbox_id, FILE_BYTES)
+            write, read, cp = curl.alongside_cp(client, sandbox_id, FILE_BYTES, workdir)
             curl.source.unlink()
             httpx_write = write_file_mb_s(client, sandbox_id, FILE_BYTES)
             httpx_read = read_file_mb_s(client, sandbox_id, FILE_BYTES)

@@ -1114,11 +1114,22 @@ class Workers:
                 return
         threading.Thread(target=self._run, args=(client,), name="worker", daemon=True).start()
 
-    def _run(self, client: socket.socket) -> None:
+    def start_resident(self) -> None:
+        """A worker that waits for connections from now on and never retires: a new sandbox's first
+        request (its credentials exchange) and any later one then find a thread waiting."""
+        with self._lock:
+            self._idle += 1
+        threading.Thread(target=self._run, args=(None,), kwargs={"resident": True}, name="worker", daemon=True).start()
+
+    def _run(self, client: socket.socket | None, *, resident: bool = False) -> None:
         while True:
-            self._handle(client)
-            with self._lock:
-                self._idle += 1
+            if client is not None:
+                self._handle(client)
+                with self._lock:
+                    self._idle += 1
+            if resident:
+                client = self._queue.get()
+                continue
             try:
                 client = self._queue.get(timeout=self.IDLE_SECONDS)
             except queue.Empty:
@@ -1136,8 +1147,8 @@ def _post_form(url: str, form: dict[str, str], timeout: float) -> tuple[int, byt
     http.client directly: urllib.request builds an opener of a dozen handlers per call, which the
     first command of a new sandbox waits for. Unreachable or broken answers raise RequestError.
     """
-    # Imported here, not at start-up (the daemon's start is on the critical path of a create);
-    # _preload_http_client imports them once the daemon is ready.
+    # Imported here, not at the module's top, so that a daemon used without the exchange (tests,
+    # images that bind for themselves) does not pay for them; serve() imports them before readiness.
     import http.client
     import urllib.parse
 
@@ -1178,14 +1189,17 @@ def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = N
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     sock.setblocking(True)
+    # The token exchange needs http.client (tens of milliseconds to import) and every request a
+    # thread: both are ready before the daemon says it is. A warm-pool sandbox is claimed the moment
+    # it is ready, and an import still running then would hold the interpreter while the create
+    # waits for the exchange to be taken on and the first command waits for its token; a cold start
+    # hands over its exchange right away, which would wait for the import just the same.
+    _preload_http_client()
+    workers.start_resident()
     if ready_fd is not None:
         with contextlib.suppress(OSError):
             os.write(ready_fd, b"1")
         os.close(ready_fd)
-    # The token exchange needs http.client (tens of milliseconds to import). A warm-pool sandbox
-    # is idle until it is claimed, and the exchange is then on the critical path of the create:
-    # import it now, after readiness, so neither start nor exchange pays for it.
-    threading.Thread(target=_preload_http_client, name="preload", daemon=True).start()
     while not stop.is_set():
         try:
             client, _ = sock.accept()
