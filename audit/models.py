@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import models
+from django.utils import timezone
 
 from common.ids import PublicIdField
 
@@ -35,7 +36,9 @@ class AuditEvent(models.Model):
     token_prefix = models.CharField(max_length=24, blank=True)
     client_address = models.CharField(max_length=64, blank=True)
     data = models.JSONField(default=dict)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # When it happened: set by the recorder for events written after the fact (in batches, or once
+    # a sandbox's first command is under way), so the log keeps the order things happened in.
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
         indexes = [models.Index(fields=["organization", "sandbox_id", "-created_at"])]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
+from django.utils import timezone
 
 from accounts.models import Organization, User
 from audit.models import AuditEvent
@@ -29,8 +31,10 @@ def record_event(
     user: User | None = None,
     address: str = "",
     data: dict[str, Any] | None = None,
+    at: datetime | None = None,
 ) -> AuditEvent:
-    """Insert one event. A single INSERT with no read-modify-write, so concurrent writers never collide."""
+    """Insert one event (``at``: when it happened, if not now). A single INSERT with no
+    read-modify-write, so concurrent writers never collide."""
     event = build_event(
         organization=organization,
         event_type=event_type,
@@ -39,6 +43,7 @@ def record_event(
         user=user,
         address=address,
         data=data,
+        at=at,
     )
     event.save(force_insert=True)
     return event
@@ -58,10 +63,12 @@ def build_event(
     user: User | None = None,
     address: str = "",
     data: dict[str, Any] | None = None,
+    at: datetime | None = None,
 ) -> AuditEvent:
     """An event as ``record_event`` stores it, not yet saved."""
     actor = principal.user if principal is not None else user
     return AuditEvent(
+        created_at=at or timezone.now(),
         organization=organization,
         event_type=event_type,
         sandbox_id=sandbox_id,

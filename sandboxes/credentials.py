@@ -228,6 +228,9 @@ def _record_issued(sandbox: Sandbox, token: ApiToken, *, via: str) -> None:
         organization=sandbox.organization,
         event_type=EventType.CREDENTIALS_ISSUED,
         sandbox_id=sandbox.pk,
+        # When the token was issued: a sandbox's own exchange is recorded a moment later, and its
+        # first command may be in the log already.
+        at=token.created_at,
         data={
             "via": via,
             "tokenPrefix": token.prefix,

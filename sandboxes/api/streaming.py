@@ -20,6 +20,7 @@ import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.utils import timezone
 
 from audit.models import EventType
 from audit.services import OutputCapture, client_address, record_event, record_events
@@ -149,6 +150,8 @@ audit_writer: BatchWriter[dict[str, Any]] = BatchWriter(_record_events, name="sa
 def record_in_background(operation: Operation, event_type: str, data: dict[str, Any]) -> None:
     audit_writer.submit(
         {
+            # Now, not when the batch is written: the log keeps the order things happened in.
+            "at": timezone.now(),
             "organization": operation.principal.organization,
             "event_type": event_type,
             "sandbox_id": operation.sandbox_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -177,6 +178,30 @@ def test_a_sandbox_destroyed_at_once_logs_its_credentials_before_its_destroy(api
     assert issued["data"]["via"] == "sandbox"
     # Its token died with it.
     assert ApiToken.objects.get(sandbox_id=sandbox_id).revoked_at is not None
+
+
+def test_the_audit_log_keeps_the_order_things_happened_in(api: httpx.Client) -> None:
+    # The exchange's event is recorded a moment after it (so it does not compete with the first
+    # command) and exec events in batches; each still carries the time it happened, so the log
+    # reads create, credentials, then the commands in the order they ran.
+    sandbox_id = api.post("/api/v1/sandboxes").json()["id"]
+    for word in ("first", "second"):
+        assert stdout_of(exec_lines(api, sandbox_id, f"echo {word}")) == f"{word}\n"
+    deadline = time.monotonic() + 10
+    while True:
+        listed = api.get(f"/api/v1/sandboxes/{sandbox_id}/audit-logs").json()["results"]
+        if len(listed) == 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    in_order = list(reversed(listed))
+    assert [event["type"] for event in in_order] == [
+        EventType.SANDBOX_CREATE,
+        EventType.CREDENTIALS_ISSUED,
+        EventType.EXEC,
+        EventType.EXEC,
+    ]
+    assert [event["data"]["command"] for event in in_order[2:]] == ["echo first", "echo second"]
+    api.delete(f"/api/v1/sandboxes/{sandbox_id}")
 
 
 @pytest.mark.parametrize("outcome", ["commit", "rollback"])
