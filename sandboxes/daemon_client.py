@@ -155,10 +155,12 @@ def _prune_kept(now: float) -> None:
         return
     _kept_pruned = now
     for key, idle in list(_kept.items()):
+        fresh = []
         for sock, since in idle:
-            if now - since >= KEPT_SECONDS:
+            if now - since < KEPT_SECONDS:
+                fresh.append((sock, since))
+            else:
                 sock.close()
-        fresh = [(sock, since) for sock, since in idle if now - since < KEPT_SECONDS]
         if fresh:
             _kept[key] = fresh
         else:
@@ -709,25 +711,27 @@ class DaemonClient:
 
     async def _open(self, op: str, **fields: Any) -> _Connection:
         request = {"v": PROTOCOL_VERSION, "op": op, "secret": self.secret, **fields}
-        if op in KEPT_OPS and self.address.unix_path is not None:
-            key = (self.address.unix_path, self.secret)
-            while (sock := _take_kept(key)) is not None:
-                connection = _Connection(sock)
-                connection.keep_as = key
-                try:
-                    await connection.send(request)
-                except DaemonUnavailable:
-                    connection.abort()  # gone meanwhile (the sandbox stopped): try the next, or connect
-                    continue
-                return connection
+        unix_path = self.address.unix_path
+        keep_as = (unix_path, self.secret) if op in KEPT_OPS and unix_path is not None else None
+        while keep_as is not None and (sock := _take_kept(keep_as)) is not None:
+            connection = _Connection(sock)
+            try:
+                await connection.send(request)
+            except DaemonUnavailable:
+                connection.abort()  # gone meanwhile (its sandbox stopped): the next one, or a new one
+                continue
+            except BaseException:
+                connection.abort()
+                raise
+            connection.keep_as = keep_as
+            return connection
         connection = await self._connect()
-        if op in KEPT_OPS and self.address.unix_path is not None:
-            connection.keep_as = (self.address.unix_path, self.secret)
         try:
             await connection.send(request)
         except BaseException:
             connection.abort()
             raise
+        connection.keep_as = keep_as
         return connection
 
     async def _connect(self) -> _Connection:
