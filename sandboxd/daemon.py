@@ -1147,8 +1147,8 @@ def _post_form(url: str, form: dict[str, str], timeout: float) -> tuple[int, byt
     http.client directly: urllib.request builds an opener of a dozen handlers per call, which the
     first command of a new sandbox waits for. Unreachable or broken answers raise RequestError.
     """
-    # Imported here, not at the module's top, so that a daemon used without the exchange (tests,
-    # images that bind for themselves) does not pay for them; serve() imports them before readiness.
+    # Imported here, not at the module's top: serve() imports them before the daemon says it is
+    # ready (see there), and nothing else that loads this module pays for them.
     import http.client
     import urllib.parse
 
