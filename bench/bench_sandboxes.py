@@ -49,6 +49,7 @@ from typing import Any
 import httpx
 
 from bench import signing_key_file
+from common import http_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MB = 1024 * 1024
@@ -124,6 +125,7 @@ class Service:
             "SANDBOX_WARM_POOL_SIZE": str(pool_size),
         }
         args = ["--host", "127.0.0.1", "--port", str(self.port), "--lifespan", "off", "--no-access-log"]
+        args += ["--http", http_server.PROTOCOL]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", *args, "config.asgi:application"],
             cwd=ROOT,

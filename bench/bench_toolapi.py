@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from bench import signing_key_file
+from common import http_server
 
 ROOT = Path(__file__).resolve().parent.parent
 MCPO_VERSION = "0.0.20"
@@ -319,7 +320,11 @@ def run() -> dict[str, float]:
         ours_log = workdir / f"{server}.log"
         commands = {
             # As common/management/commands/runall.py (`make run`) starts it.
-            "uvicorn": ["uvicorn", "--host", "127.0.0.1", "--port", str(ours_port), "--lifespan", "off"],
+            "uvicorn": [
+                "uvicorn",
+                *("--host", "127.0.0.1", "--port", str(ours_port), "--lifespan", "off"),
+                *("--http", http_server.PROTOCOL),
+            ],
             "daphne": ["daphne", "-b", "127.0.0.1", "-p", str(ours_port)],
         }
         print(f"this service under {server}", flush=True)

@@ -43,6 +43,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.urls import set_script_prefix
 from django.utils.module_loading import import_string
 
+from common import body_splice
 from common.errors import error_response
 from common.middleware import ApiErrorMiddleware
 
@@ -82,13 +83,30 @@ def streams_body(view: _ViewT) -> _ViewT:
 
 
 class BodyStream:
-    """A request body read from ASGI ``receive`` chunk by chunk, once."""
+    """A request body read from ASGI ``receive`` chunk by chunk, or spliced into a file, once."""
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, body_socket: body_splice.BodySocket | None = None) -> None:
         self._receive = receive
+        self._body_socket = body_socket
         # Set once the body has been read to its end (or refused): only then may anything else
         # (the disconnect listener) call receive.
         self.finished = asyncio.Event()
+
+    async def splice_into(self, fd: int) -> int | None:
+        """Write the body into the file ``fd`` by splicing it from the client's socket, where the
+        server offers that and enough of it is still to come (common.body_splice); the bytes
+        written. None: nothing was read, use ``chunks``."""
+        if self._body_socket is None or self.finished.is_set() or not body_splice.can_splice():
+            return None
+        taken = self._body_socket.take(body_splice.MIN_SPLICE_BYTES)
+        if taken is None:
+            return None
+        try:
+            return await body_splice.splice_into(taken, fd, stall_seconds=settings.UPLOAD_STALL_SECONDS)
+        except body_splice.ClientGoneError as exc:
+            raise RequestAborted() from exc
+        finally:
+            self.finished.set()
 
     async def chunks(self) -> AsyncIterator[bytes]:
         if self.finished.is_set():
@@ -117,6 +135,12 @@ async def body_chunks(request: HttpRequest, chunk_size: int) -> AsyncIterator[by
         return
     while chunk := request.read(chunk_size):
         yield chunk
+
+
+async def splice_body_into(request: HttpRequest, fd: int) -> int | None:
+    """``BodyStream.splice_into`` for a request served here; None elsewhere (use ``body_chunks``)."""
+    stream: BodyStream | None = getattr(request, "body_stream", None)
+    return None if stream is None else await stream.splice_into(fd)
 
 
 class Routes:
@@ -255,7 +279,9 @@ class DirectAsgi:
     ) -> None:
         # The same steps as ASGIHandler.handle, minus URL resolving, the middleware chain and signals.
         routes.started()
-        stream = BodyStream(receive) if getattr(view, "streams_body", False) else None
+        stream = None
+        if getattr(view, "streams_body", False):
+            stream = BodyStream(receive, scope.get("extensions", {}).get(body_splice.BODY_SOCKET))
         if stream is not None:
             body_file: Any = io.BytesIO()
         else:

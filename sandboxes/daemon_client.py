@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from sandboxd.protocol import (
     CHUNK_SIZE,
@@ -104,6 +104,16 @@ class ExecResult:
     @property
     def text(self) -> str:
         return self.stdout.decode(errors="replace")
+
+
+@runtime_checkable
+class SpliceableBody(Protocol):
+    """A body to write that may be able to move itself into the file (a request's socket spliced
+    into it, see common.body_splice): the bytes written, or None to be iterated instead."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def splice_into(self, fd: int) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -488,6 +498,10 @@ async def _write_to_descriptor(fd: int, data: bytes | AsyncIterable[bytes] | Ite
     loop = asyncio.get_running_loop()
     if not fd_is_regular(fd):
         raise DaemonUnavailable("the sandbox daemon handed over something other than a regular file")
+    if isinstance(data, SpliceableBody):
+        spliced = await data.splice_into(fd)
+        if spliced is not None:
+            return spliced
     offset = 0
     batch: list[bytes | memoryview] = []
     batched = 0

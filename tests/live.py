@@ -19,8 +19,12 @@ import httpx
 from django.conf import settings
 from django.db import connection
 
+from common import http_server
+
 ROOT = Path(__file__).resolve().parent.parent
+# As `make run` serves the app (common/management/commands/runall.py).
 SERVER_ARGS = ["--host", "127.0.0.1", "--lifespan", "off", "--no-access-log", "--log-level", "warning"]
+SERVER_ARGS += ["--http", http_server.PROTOCOL]
 
 
 def free_port() -> int:

@@ -27,7 +27,7 @@ from audit.services import OutputCapture, client_address, record_event, record_e
 from common.asyncviews import api_async_view
 from common.batching import BatchWriter
 from common.errors import ApiError
-from common.fastpath import body_chunks, streams_body
+from common.fastpath import body_chunks, splice_body_into, streams_body
 from common.permissions import require_writable
 from common.principal import Principal
 from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
@@ -421,6 +421,33 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
     return response
 
 
+class _UploadBody:
+    """A write-file's body: chunk by chunk as it arrives, or, where the daemon hands over the file
+    and the server the socket, spliced from one into the other (common.body_splice)."""
+
+    def __init__(self, request: HttpRequest, limit: int, too_large: ApiError) -> None:
+        self.request = request
+        self.limit = limit
+        self.too_large = too_large
+        self.started = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.started = True
+        total = 0
+        async for chunk in body_chunks(self.request, CHUNK_SIZE):
+            total += len(chunk)
+            if total > self.limit:
+                # Raising here aborts the daemon's temporary file: nothing half-written is left.
+                raise self.too_large
+            yield chunk
+
+    async def splice_into(self, fd: int) -> int | None:
+        # Spliced bodies have a Content-Length, already checked against the limit, and are read
+        # to exactly that length.
+        self.started = True
+        return await splice_body_into(self.request, fd)
+
+
 @streams_body
 @api_async_view("POST")
 async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id: str) -> JsonResponse:
@@ -440,25 +467,12 @@ async def write_file_view(request: HttpRequest, principal: Principal, sandbox_id
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_large
     operation = await _aprepare(principal, request, sandbox_id)
-
-    body_started = False
-
-    async def body() -> AsyncIterator[bytes]:
-        nonlocal body_started
-        body_started = True
-        total = 0
-        async for chunk in body_chunks(request, CHUNK_SIZE):
-            total += len(chunk)
-            if total > limit:
-                # Raising here aborts the daemon's temporary file: nothing half-written is left.
-                raise too_large
-            yield chunk
-
+    body = _UploadBody(request, limit, too_large)
     try:
         # Only a daemon that could not be reached at all (no byte of the body taken yet) is worth
         # asking the database about: a body cannot be read twice.
         operation, result = await _on_daemon(
-            operation, request, lambda client: client.write_file(path, body()), may_retry=lambda: not body_started
+            operation, request, lambda client: client.write_file(path, body), may_retry=lambda: not body.started
         )
     except DaemonError as exc:
         raise _file_error(exc) from exc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import socket
 import time
@@ -12,6 +14,7 @@ import httpx
 import pytest
 
 from audit.models import AuditEvent, EventType
+from common import body_splice
 from tests.live import LiveServer
 from tests.sandboxes.conftest import exec_lines, stdout_of, wait_for
 
@@ -103,6 +106,98 @@ def test_an_upload_cut_off_midway_leaves_nothing_behind(api: httpx.Client, sandb
     assert stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")).split() == ["after"]
 
 
+def _upload_head(api: httpx.Client, sandbox_id: str, path: str, length: int, extra: str = "") -> bytes:
+    target = urlsplit(str(api.base_url))
+    return (
+        f"POST /api/v1/sandboxes/{sandbox_id}/write-file?path={path} HTTP/1.1\r\n"
+        f"Host: {target.hostname}\r\nAuthorization: {api.headers['Authorization']}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {length}\r\n{extra}\r\n"
+    ).encode()
+
+
+def _connect(api: httpx.Client) -> socket.socket:
+    target = urlsplit(str(api.base_url))
+    return socket.create_connection((target.hostname, target.port), timeout=60)
+
+
+def _response(sock: socket.socket) -> http.client.HTTPResponse:
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    return response
+
+
+def test_a_large_upload_goes_from_the_socket_into_the_file(api: httpx.Client, sandbox_id: str) -> None:
+    # Past a megabyte still to come, the body is spliced from the client's socket into the file
+    # (docs/sandboxes.md): the same bytes arrive, and the connection is closed after the answer
+    # (the server's parser never saw the body, so it could not find a next request on it).
+    data = os.urandom(8 * 1024 * 1024 + 5)
+    written = _write(api, sandbox_id, "/home/ubuntu/spliced.bin", data)
+    assert written.status_code == 200, written.text
+    assert written.json() == {"path": "/home/ubuntu/spliced.bin", "size": len(data)}
+    assert written.headers["connection"] == "close"
+    assert _read(api, sandbox_id, "/home/ubuntu/spliced.bin").content == data
+    # A small body is read as it arrives, and its connection is kept.
+    small = _write(api, sandbox_id, "/home/ubuntu/small.bin", b"small")
+    assert small.status_code == 200 and small.headers.get("connection") != "close"
+
+
+def test_a_spliced_upload_answers_expect_100_continue(api: httpx.Client, sandbox_id: str) -> None:
+    data = os.urandom(3 * 1024 * 1024)
+    with _connect(api) as sock:
+        sock.sendall(_upload_head(api, sandbox_id, "/tmp/continued", len(data), "Expect: 100-continue\r\n"))
+        interim = b""
+        while not interim.endswith(b"\r\n\r\n"):
+            interim += sock.recv(1)
+        assert interim.startswith(b"HTTP/1.1 100 ")
+        sock.sendall(data)
+        response = _response(sock)
+        assert response.status == 200
+        assert json.loads(response.read()) == {"path": "/tmp/continued", "size": len(data)}
+    assert _read(api, sandbox_id, "/tmp/continued").content == data
+
+
+def test_bytes_after_a_spliced_body_are_not_a_request(api: httpx.Client, sandbox_id: str) -> None:
+    data = os.urandom(2 * 1024 * 1024)
+    sneaky = _upload_head(api, sandbox_id, "/tmp/sneaky", 5) + b"hello"
+    with _connect(api) as sock:
+        sock.sendall(_upload_head(api, sandbox_id, "/tmp/body", len(data)) + data + sneaky)
+        response = _response(sock)
+        assert response.status == 200 and response.getheader("connection") == "close"
+        assert json.loads(response.read())["size"] == len(data)
+        assert sock.recv(100) == b"", "the connection ends after the answer"
+    assert stdout_of(exec_lines(api, sandbox_id, "ls -A /tmp")).split() == ["body"]
+    assert _read(api, sandbox_id, "/tmp/body").content == data
+
+
+def test_slow_clients_cannot_take_every_upload(api: httpx.Client, sandbox_id: str) -> None:
+    # Each spliced body holds a worker thread while its client sends. Clients that send half their
+    # body and stop can hold at most common.body_splice.MAX_SPLICES of them: the next upload is read
+    # as it arrives (its connection kept) and succeeds meanwhile; the slow ones finish later.
+    size = 4 * 1024 * 1024
+    bodies = [os.urandom(size) for _ in range(body_splice.MAX_SPLICES + 1)]
+    slow = [_connect(api) for _ in bodies]
+    try:
+        for n, (sock, body) in enumerate(zip(slow, bodies, strict=True)):
+            sock.sendall(_upload_head(api, sandbox_id, f"/tmp/slow{n}", size) + body[: size // 2])
+        time.sleep(2)  # every slow upload reaches its view and waits for the rest of its body
+        meanwhile = os.urandom(size)
+        written = _write(api, sandbox_id, "/tmp/meanwhile", meanwhile)
+        assert written.status_code == 200, written.text
+        assert written.headers.get("connection") != "close", "read as it arrived, not spliced"
+        for sock, body in zip(slow, bodies, strict=True):
+            sock.sendall(body[size // 2 :])
+        for sock in slow:
+            response = _response(sock)
+            assert response.status == 200
+            assert json.loads(response.read())["size"] == size
+    finally:
+        for sock in slow:
+            sock.close()
+    assert _read(api, sandbox_id, "/tmp/meanwhile").content == meanwhile
+    for n, body in enumerate(bodies):
+        assert _read(api, sandbox_id, f"/tmp/slow{n}").content == body
+
+
 def test_files_are_audited(api: httpx.Client, sandbox_id: str) -> None:
     _write(api, sandbox_id, "/tmp/audited", b"12345")
     _read(api, sandbox_id, "/tmp/audited")
@@ -151,6 +246,30 @@ def test_a_200_mb_file_with_bounded_server_memory(api: httpx.Client, sandbox_id:
     assert first == chunk[: len(first)]
     growth_mib = (_rss_kib(live.process.pid) - before) / 1024
     assert growth_mib < 64, f"server memory grew by {growth_mib:.0f} MiB moving a 200 MiB file"
+
+
+def test_a_stalled_upload_is_dropped(tmp_path: object, enabled: object, transactional_db: None) -> None:
+    from tests.live import start_live_server, stop_live_server
+
+    server = start_live_server({"UPLOAD_STALL_SECONDS": "1"})
+    try:
+        with httpx.Client(base_url=server.url, headers=enabled.auth, timeout=60) as client:  # type: ignore[attr-defined]
+            sandbox_id = client.post("/api/v1/sandboxes").json()["id"]
+            size = 4 * 1024 * 1024
+            with _connect(client) as sock:
+                sock.sendall(_upload_head(client, sandbox_id, "/tmp/stalled", size) + b"x" * (size // 2))
+                started = time.monotonic()
+                try:
+                    closed = sock.recv(100) == b""
+                except ConnectionResetError:
+                    closed = True
+                assert closed, "the server drops the connection"
+                assert 1 <= time.monotonic() - started < 10
+            wait_for(lambda: stdout_of(exec_lines(client, sandbox_id, "ls -A /tmp")) == "" or None)
+            assert _write(client, sandbox_id, "/tmp/after", b"fine").status_code == 200
+            client.delete(f"/api/v1/sandboxes/{sandbox_id}")
+    finally:
+        stop_live_server(server)
 
 
 def test_size_limit_is_413(tmp_path: object, enabled: object, transactional_db: None) -> None:

@@ -20,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from accounts import services
 from accounts.models import ApiToken, Role
+from common import http_server
 
 DEMO_ORG = "demo"
 DEMO_EMAIL = "admin@example.com"
@@ -61,6 +62,10 @@ class Command(BaseCommand):
                 str(port),
                 "--lifespan",
                 "off",
+                # uvicorn's httptools protocol, plus handing request bodies over to be spliced into
+                # files (common.http_server).
+                "--http",
+                http_server.PROTOCOL,
                 "config.asgi:application",
             ],
             [python, "-m", "celery", "-A", "config", "worker", "--loglevel=INFO", "--concurrency=2"],

@@ -1,0 +1,129 @@
+"""The HTTP/1.1 protocol the service is served with: uvicorn's, plus the body-socket extension.
+
+``uvicorn --http common.http_server:HttpProtocol`` (as ``make run`` starts it). Everything is
+uvicorn's httptools protocol, except that a request with a ``Content-Length`` body on a plain
+(not TLS) connection carries ``scope["extensions"]["svc.body_socket"]``: a view that wants the body
+in a file can take the rest of it straight from the socket (common.body_splice) instead of
+through ``receive``.
+
+Taking a body over: reading from the socket is paused (the server reads no more of it), what the
+server had already read is handed over, ``receive`` will report no more body, and the connection
+is closed after the response (the parser never saw the rest of the body, so it cannot find the
+next request). Whatever arrives after the body is ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.utils import is_ssl
+
+from common.body_splice import BODY_SOCKET
+
+# For `--http`: this module's protocol, by import path.
+PROTOCOL = "common.http_server:HttpProtocol"
+
+
+class _TakenBody:
+    def __init__(self, handle: _BodySocket, fd: int, pending: bytes, remaining: int) -> None:
+        self._handle = handle
+        self.fd = fd
+        self.pending = pending
+        self.remaining = remaining
+        self._released = False
+
+    def release(self, *, aborted: bool) -> None:
+        if self._released:
+            return
+        self._released = True
+        os.close(self.fd)
+        if aborted:
+            # The client is gone or misbehaved: nobody to answer, and the connection is unusable.
+            cycle = self._handle.cycle
+            cycle.disconnected = True
+            cycle.message_event.set()
+            self._handle.protocol.transport.close()
+
+
+class _BodySocket:
+    """One request's extension (see common.body_splice.BodySocket)."""
+
+    def __init__(self, protocol: HttpProtocol, cycle: RequestResponseCycle, length: int) -> None:
+        self.protocol = protocol
+        self.cycle = cycle
+        self.length = length
+        self.delivered = 0  # body bytes the parser passed on (to cycle.body)
+        self.taken = False
+
+    def take(self, min_remaining: int) -> _TakenBody | None:
+        protocol, cycle = self.protocol, self.cycle
+        remaining = self.length - self.delivered
+        if (
+            self.taken
+            or protocol.cycle is not cycle
+            or not cycle.more_body
+            or cycle.disconnected
+            or cycle.response_started
+            or protocol.transport.is_closing()
+            or remaining < max(min_remaining, 1)
+        ):
+            return None
+        sock = protocol.transport.get_extra_info("socket")
+        if sock is None:
+            return None
+        fd = os.dup(sock.fileno())
+        if cycle.waiting_for_100_continue:
+            # What receive() would have sent before the first read of the body.
+            protocol.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            cycle.waiting_for_100_continue = False
+        protocol.flow.pause_reading()
+        self.taken = True
+        pending = bytes(cycle.body)
+        cycle.body = bytearray()
+        cycle.more_body = False
+        # Set by the body read so far; receive() now waits for a disconnect only.
+        cycle.message_event.clear()
+        cycle.keep_alive = False
+        return _TakenBody(self, fd, pending, remaining)
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    lengths = [value for name, value in headers if name == b"content-length"]
+    if len(lengths) != 1 or not lengths[0].isdigit() or any(name == b"transfer-encoding" for name, _ in headers):
+        return None
+    return int(lengths[0])
+
+
+class HttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, offering each request's body socket (see the module doc)."""
+
+    _body_socket: _BodySocket | None = None
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._body_socket = None
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle: Any = self.cycle
+        # No new cycle for an upgrade (WebSocket); a cycle of its own for anything else.
+        if cycle is None or cycle.scope is not self.scope or is_ssl(self.transport):
+            return
+        length = _content_length(self.headers)
+        if length:
+            self._body_socket = _BodySocket(self, cycle, length)
+            self.scope.setdefault("extensions", {})[BODY_SOCKET] = self._body_socket
+
+    def data_received(self, data: bytes) -> None:
+        handle = self._body_socket
+        if handle is not None and handle.taken:
+            return  # past a taken body: the connection closes after the response
+        super().data_received(data)
+
+    def on_body(self, body: bytes) -> None:
+        handle = self._body_socket
+        if handle is not None and handle.cycle is self.cycle and not self.cycle.response_complete:
+            handle.delivered += len(body)
+        super().on_body(body)
