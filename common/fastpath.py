@@ -39,11 +39,11 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.urls import set_script_prefix
 from django.utils.module_loading import import_string
 
-from common import body_splice
+from common import zerocopy
 from common.errors import error_response
 from common.middleware import ApiErrorMiddleware
 
@@ -85,7 +85,7 @@ def streams_body(view: _ViewT) -> _ViewT:
 class BodyStream:
     """A request body read from ASGI ``receive`` chunk by chunk, or spliced into a file, once."""
 
-    def __init__(self, receive: Receive, body_socket: body_splice.BodySocket | None = None) -> None:
+    def __init__(self, receive: Receive, body_socket: zerocopy.BodySocket | None = None) -> None:
         self._receive = receive
         self._body_socket = body_socket
         # Set once the body has been read to its end (or refused): only then may anything else
@@ -94,16 +94,16 @@ class BodyStream:
 
     async def splice_into(self, fd: int) -> int | None:
         """Write the body into the file ``fd`` by splicing it from the client's socket, where the
-        server offers that and enough of it is still to come (common.body_splice); the bytes
+        server offers that and enough of it is still to come (common.zerocopy); the bytes
         written. None: nothing was read, use ``chunks``."""
-        if self._body_socket is None or self.finished.is_set() or not body_splice.can_splice():
+        if self._body_socket is None or self.finished.is_set() or not zerocopy.can_transfer():
             return None
-        taken = self._body_socket.take(body_splice.MIN_SPLICE_BYTES)
+        taken = self._body_socket.take(zerocopy.MIN_SPLICE_BYTES)
         if taken is None:
             return None
         try:
-            return await body_splice.splice_into(taken, fd, stall_seconds=settings.UPLOAD_STALL_SECONDS)
-        except body_splice.ClientGoneError as exc:
+            return await zerocopy.splice_into(taken, fd, stall_seconds=settings.FILE_TRANSFER_STALL_SECONDS)
+        except zerocopy.ClientGoneError as exc:
             raise RequestAborted() from exc
         finally:
             self.finished.set()
@@ -141,6 +141,47 @@ async def splice_body_into(request: HttpRequest, fd: int) -> int | None:
     """``BodyStream.splice_into`` for a request served here; None elsewhere (use ``body_chunks``)."""
     stream: BodyStream | None = getattr(request, "body_stream", None)
     return None if stream is None else await stream.splice_into(fd)
+
+
+class FileDescriptorResponse(StreamingHttpResponse):
+    """A streamed response whose body is the first ``size`` bytes of the open file ``fd``.
+
+    Served here by a server that offers it (common.zerocopy.SEND_FILE), the kernel sends the file
+    (``sendfile``) and ``finished(sent, complete)`` is awaited afterwards, whatever happened; the
+    streamed content is then never iterated. Anywhere else it is an ordinary streamed response, and
+    its content does that work.
+    """
+
+    def __init__(
+        self,
+        streaming_content: AsyncIterator[bytes],
+        *,
+        fd: int,
+        size: int,
+        finished: Callable[[int, bool], Awaitable[None]],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(streaming_content, **kwargs)
+        self.fd = fd
+        self.size = size
+        self.finished = finished
+        self["Content-Length"] = str(size)
+
+
+async def _send_file_response(response: FileDescriptorResponse, sender: zerocopy.FileSender, send: Send) -> None:
+    complete = False
+    try:
+        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        if response.size:
+            await sender.send_file(response.fd, 0, response.size)
+        complete = sender.sent == response.size
+        if complete:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except zerocopy.ClientGoneError:
+        pass  # the server closed the connection; nobody to answer
+    finally:
+        await response.finished(sender.sent, complete)
 
 
 class Routes:
@@ -281,7 +322,7 @@ class DirectAsgi:
         routes.started()
         stream = None
         if getattr(view, "streams_body", False):
-            stream = BodyStream(receive, scope.get("extensions", {}).get(body_splice.BODY_SOCKET))
+            stream = BodyStream(receive, scope.get("extensions", {}).get(zerocopy.BODY_SOCKET))
         if stream is not None:
             body_file: Any = io.BytesIO()
         else:
@@ -327,8 +368,12 @@ class DirectAsgi:
 
         async def respond() -> HttpResponseBase:
             response = await self._response(request, view, kwargs)
+            sender = request.scope.get("extensions", {}).get(zerocopy.SEND_FILE)  # type: ignore[attr-defined]
             try:
-                await self.app.send_response(response, _JoinedEnd(send) if response.streaming else send)
+                if isinstance(response, FileDescriptorResponse) and sender is not None and zerocopy.can_transfer():
+                    await _send_file_response(response, sender, send)
+                else:
+                    await self.app.send_response(response, _JoinedEnd(send) if response.streaming else send)
             except asyncio.CancelledError:
                 pass  # the client went away while the response was being sent
             return response

@@ -1,10 +1,14 @@
-"""The HTTP/1.1 protocol the service is served with: uvicorn's, plus the body-socket extension.
+"""The HTTP/1.1 protocol the service is served with: uvicorn's, plus two zero-copy extensions.
 
 ``uvicorn --http common.http_server:HttpProtocol`` (as ``make run`` starts it). Everything is
-uvicorn's httptools protocol, except that a request with a ``Content-Length`` body on a plain
-(not TLS) connection carries ``scope["extensions"]["svc.body_socket"]``: a view that wants the body
-in a file can take the rest of it straight from the socket (common.body_splice) instead of
-through ``receive``.
+uvicorn's httptools protocol, except that requests on a plain (not TLS) connection carry
+(common.zerocopy):
+
+- ``scope["extensions"]["svc.body_socket"]`` when their body has a ``Content-Length``: a view that
+  wants the body in a file can take the rest of it straight from the socket instead of through
+  ``receive``;
+- ``scope["extensions"]["svc.send_file"]``: a view can send (part of) its response body from an
+  open file with ``sendfile(2)`` instead of through ``send``.
 
 Taking a body over: reading from the socket is paused (the server reads no more of it), what the
 server had already read is handed over, ``receive`` will report no more body, and the connection
@@ -14,13 +18,17 @@ next request). Whatever arrives after the body is ignored.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 from typing import Any
 
+from django.conf import settings
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 from uvicorn.protocols.utils import is_ssl
 
-from common.body_splice import BODY_SOCKET
+from common import zerocopy
+from common.zerocopy import BODY_SOCKET, SEND_FILE, ClientGoneError
 
 # For `--http`: this module's protocol, by import path.
 PROTOCOL = "common.http_server:HttpProtocol"
@@ -48,7 +56,7 @@ class _TakenBody:
 
 
 class _BodySocket:
-    """One request's extension (see common.body_splice.BodySocket)."""
+    """One request's extension (see common.zerocopy.BodySocket)."""
 
     def __init__(self, protocol: HttpProtocol, cycle: RequestResponseCycle, length: int) -> None:
         self.protocol = protocol
@@ -89,6 +97,60 @@ class _BodySocket:
         return _TakenBody(self, fd, pending, remaining)
 
 
+class _FileSender:
+    """One request's ``svc.send_file`` (see common.zerocopy.FileSender)."""
+
+    def __init__(self, protocol: HttpProtocol, cycle: RequestResponseCycle, stall_seconds: float) -> None:
+        self.protocol = protocol
+        self.cycle = cycle
+        self.stall_seconds = stall_seconds
+        self.sent = 0
+
+    async def send_file(self, fd: int, offset: int, count: int) -> int:
+        protocol, cycle = self.protocol, self.cycle
+        if cycle.disconnected or protocol.cycle is not cycle:
+            raise ClientGoneError("the client went away")
+        if not cycle.response_started or cycle.response_complete or cycle.chunked_encoding:
+            raise RuntimeError("send_file needs a started response with a Content-Length")
+        if count > cycle.expected_content_length:
+            raise RuntimeError("Response content longer than Content-Length")
+        transport = protocol.transport
+        # What was written before (the head) goes out first: the file's bytes go to the socket itself.
+        while transport.get_write_buffer_size():
+            if transport.is_closing():
+                raise ClientGoneError("the client went away")
+            await asyncio.sleep(0.001)
+        sock = transport.get_extra_info("socket")
+        sock_fd = os.dup(sock.fileno())
+        progress = [0]
+        try:
+            sent = await zerocopy.in_thread(
+                functools.partial(
+                    self._send, sock_fd, fd, offset, count, progress=progress, stall_seconds=self.stall_seconds
+                )
+            )
+        except BaseException:
+            # Gone, stalled or cancelled: the body is cut short, and the connection with it.
+            self.sent += progress[0]
+            cycle.disconnected = True
+            transport.close()
+            raise
+        finally:
+            os.close(sock_fd)
+        self.sent += sent
+        cycle.expected_content_length -= sent
+        if sent < count:
+            cycle.disconnected = True
+            transport.close()
+        return sent
+
+    @staticmethod
+    def _send(
+        sock_fd: int, fd: int, offset: int, count: int, stop: Any, *, progress: list[int], stall_seconds: float
+    ) -> int:
+        return zerocopy.send_file(sock_fd, fd, offset, count, stop, progress, stall_seconds=stall_seconds)
+
+
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     lengths = [value for name, value in headers if name == b"content-length"]
     if len(lengths) != 1 or not lengths[0].isdigit() or any(name == b"transfer-encoding" for name, _ in headers):
@@ -111,10 +173,12 @@ class HttpProtocol(HttpToolsProtocol):
         # No new cycle for an upgrade (WebSocket); a cycle of its own for anything else.
         if cycle is None or cycle.scope is not self.scope or is_ssl(self.transport):
             return
+        extensions = self.scope.setdefault("extensions", {})
+        extensions[SEND_FILE] = _FileSender(self, cycle, settings.FILE_TRANSFER_STALL_SECONDS)
         length = _content_length(self.headers)
         if length:
             self._body_socket = _BodySocket(self, cycle, length)
-            self.scope.setdefault("extensions", {})[BODY_SOCKET] = self._body_socket
+            extensions[BODY_SOCKET] = self._body_socket
 
     def data_received(self, data: bytes) -> None:
         handle = self._body_socket

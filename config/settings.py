@@ -302,8 +302,9 @@ SANDBOX_EXEC_DEFAULT_TIMEOUT = env_float("SANDBOX_EXEC_DEFAULT_TIMEOUT", 300, mi
 SANDBOX_EXEC_MAX_TIMEOUT = env_float("SANDBOX_EXEC_MAX_TIMEOUT", 3600, minimum=1)
 SANDBOX_EXEC_MAX_COMMAND_BYTES = env_int("SANDBOX_EXEC_MAX_COMMAND_BYTES", 4 * 1024 * 1024, minimum=1024)
 SANDBOX_WRITE_MAX_BYTES = env_int("SANDBOX_WRITE_MAX_BYTES", 1024**3, minimum=1)
-# An upload whose client sends nothing for this long is dropped (its connection closed).
-UPLOAD_STALL_SECONDS = env_float("UPLOAD_STALL_SECONDS", 120, minimum=1)
+# A write-file or read-file body moved by the kernel (common/zerocopy.py) whose client sends or
+# reads nothing for this long is dropped (its connection closed).
+FILE_TRANSFER_STALL_SECONDS = env_float("FILE_TRANSFER_STALL_SECONDS", 120, minimum=1)
 # While an exec or a session runs, the sandbox's activity time is refreshed this often, so the
 # inactivity reaper never takes a sandbox that is busy.
 SANDBOX_ACTIVITY_HEARTBEAT_SECONDS = env_int("SANDBOX_ACTIVITY_HEARTBEAT_SECONDS", 60, minimum=1)

@@ -109,7 +109,7 @@ class ExecResult:
 @runtime_checkable
 class SpliceableBody(Protocol):
     """A body to write that may be able to move itself into the file (a request's socket spliced
-    into it, see common.body_splice): the bytes written, or None to be iterated instead."""
+    into it, see common.zerocopy): the bytes written, or None to be iterated instead."""
 
     def __aiter__(self) -> AsyncIterator[bytes]: ...
 
@@ -549,6 +549,11 @@ class DescriptorFileReader:
         self._pending: asyncio.Future[bytes] | None = None
         self.size = size
         self.received = 0
+
+    @property
+    def fd(self) -> int:
+        """The open file (-1 once closed); closed by ``aclose``."""
+        return self._fd
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()

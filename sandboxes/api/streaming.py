@@ -27,7 +27,7 @@ from audit.services import OutputCapture, client_address, record_event, record_e
 from common.asyncviews import api_async_view
 from common.batching import BatchWriter
 from common.errors import ApiError
-from common.fastpath import body_chunks, splice_body_into, streams_body
+from common.fastpath import FileDescriptorResponse, body_chunks, splice_body_into, streams_body
 from common.permissions import require_writable
 from common.principal import Principal
 from sandboxd.protocol import CHUNK_SIZE, ErrorCode, TextDecoder
@@ -37,6 +37,7 @@ from sandboxes.daemon_client import (
     DaemonClient,
     DaemonError,
     DaemonUnavailable,
+    DescriptorFileReader,
     ExecEvent,
     ExecExit,
     ExecOutput,
@@ -414,7 +415,21 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
         operation, reader = await _on_daemon(operation, request, lambda client: client.open_file(path))
     except DaemonError as exc:
         raise _file_error(exc) from exc
-    response = StreamingHttpResponse(_file_chunks(operation, reader, path), content_type="application/octet-stream")
+    chunks = _file_chunks(operation, reader, path)
+    response: StreamingHttpResponse
+    if isinstance(reader, DescriptorFileReader):
+        # The file is open here: the server may send it straight from the page cache.
+        opened = reader
+
+        async def finished(sent: int, complete: bool) -> None:
+            await opened.aclose()
+            record_in_background(operation, EventType.READ_FILE, {"path": path, "bytes": sent, "complete": complete})
+
+        response = FileDescriptorResponse(
+            chunks, fd=reader.fd, size=reader.size, finished=finished, content_type="application/octet-stream"
+        )
+    else:
+        response = StreamingHttpResponse(chunks, content_type="application/octet-stream")
     # The daemon sends exactly the size the file had when opened (see sandboxd op_read).
     response["Content-Length"] = str(reader.size)
     response["Cache-Control"] = "no-store"
@@ -423,7 +438,7 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
 
 class _UploadBody:
     """A write-file's body: chunk by chunk as it arrives, or, where the daemon hands over the file
-    and the server the socket, spliced from one into the other (common.body_splice)."""
+    and the server the socket, spliced from one into the other (common.zerocopy)."""
 
     def __init__(self, request: HttpRequest, limit: int, too_large: ApiError) -> None:
         self.request = request

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from audit.models import AuditEvent, EventType
-from common import body_splice
+from common import zerocopy
 from tests.live import LiveServer
 from tests.sandboxes.conftest import exec_lines, stdout_of, wait_for
 
@@ -171,10 +171,10 @@ def test_bytes_after_a_spliced_body_are_not_a_request(api: httpx.Client, sandbox
 
 def test_slow_clients_cannot_take_every_upload(api: httpx.Client, sandbox_id: str) -> None:
     # Each spliced body holds a worker thread while its client sends. Clients that send half their
-    # body and stop can hold at most common.body_splice.MAX_SPLICES of them: the next upload is read
+    # body and stop can hold at most common.zerocopy.MAX_TRANSFERS of them: the next upload is read
     # as it arrives (its connection kept) and succeeds meanwhile; the slow ones finish later.
     size = 4 * 1024 * 1024
-    bodies = [os.urandom(size) for _ in range(body_splice.MAX_SPLICES + 1)]
+    bodies = [os.urandom(size) for _ in range(zerocopy.MAX_TRANSFERS + 1)]
     slow = [_connect(api) for _ in bodies]
     try:
         for n, (sock, body) in enumerate(zip(slow, bodies, strict=True)):
@@ -248,10 +248,39 @@ def test_a_200_mb_file_with_bounded_server_memory(api: httpx.Client, sandbox_id:
     assert growth_mib < 64, f"server memory grew by {growth_mib:.0f} MiB moving a 200 MiB file"
 
 
-def test_a_stalled_upload_is_dropped(tmp_path: object, enabled: object, transactional_db: None) -> None:
+def _read_request(api: httpx.Client, sandbox_id: str, path: str) -> bytes:
+    target = urlsplit(str(api.base_url))
+    return (
+        f"POST /api/v1/sandboxes/{sandbox_id}/read-file?path={path} HTTP/1.1\r\n"
+        f"Host: {target.hostname}\r\nAuthorization: {api.headers['Authorization']}\r\nContent-Length: 0\r\n\r\n"
+    ).encode()
+
+
+def _read_event(sandbox_id: str, path: str) -> AuditEvent | None:
+    return AuditEvent.objects.filter(sandbox_id=sandbox_id, event_type=EventType.READ_FILE, data__path=path).first()
+
+
+def test_a_download_cut_off_midway_is_audited_as_incomplete(api: httpx.Client, sandbox_id: str) -> None:
+    # The file is sent from the page cache by the kernel (docs/sandboxes.md); a client that leaves
+    # midway ends it, the log says how much went out, and the service goes on serving.
+    size = 64 * 1024 * 1024
+    assert exec_lines(api, sandbox_id, f"head -c {size} /dev/zero > ~/zeros")[-1]["exitCode"] == 0
+    with _connect(api) as sock:
+        sock.sendall(_read_request(api, sandbox_id, "/home/ubuntu/zeros"))
+        received = 0
+        while received < 1024 * 1024:
+            received += len(sock.recv(65536))
+    event = wait_for(lambda: _read_event(sandbox_id, "/home/ubuntu/zeros"))
+    assert event.data["complete"] is False
+    assert 1024 * 1024 <= event.data["bytes"] < size
+    read = _read(api, sandbox_id, "/home/ubuntu/zeros")
+    assert read.status_code == 200 and len(read.content) == size and read.content.count(0) == size
+
+
+def test_stalled_transfers_are_dropped(tmp_path: object, enabled: object, transactional_db: None) -> None:
     from tests.live import start_live_server, stop_live_server
 
-    server = start_live_server({"UPLOAD_STALL_SECONDS": "1"})
+    server = start_live_server({"FILE_TRANSFER_STALL_SECONDS": "1"})
     try:
         with httpx.Client(base_url=server.url, headers=enabled.auth, timeout=60) as client:  # type: ignore[attr-defined]
             sandbox_id = client.post("/api/v1/sandboxes").json()["id"]
@@ -267,6 +296,19 @@ def test_a_stalled_upload_is_dropped(tmp_path: object, enabled: object, transact
                 assert 1 <= time.monotonic() - started < 10
             wait_for(lambda: stdout_of(exec_lines(client, sandbox_id, "ls -A /tmp")) == "" or None)
             assert _write(client, sandbox_id, "/tmp/after", b"fine").status_code == 200
+            # A client that stops reading a download: far more than the socket buffers hold.
+            size = 128 * 1024 * 1024
+            assert exec_lines(client, sandbox_id, f"head -c {size} /dev/zero > ~/zeros")[-1]["exitCode"] == 0
+            with _connect(client) as sock:
+                sock.sendall(_read_request(client, sandbox_id, "/home/ubuntu/zeros"))
+                time.sleep(4)  # the socket buffers fill, then nothing moves for over a second
+                received = 0
+                while part := sock.recv(1024 * 1024):
+                    received += len(part)
+                assert received < size, "the server dropped the connection before the end"
+            event = wait_for(lambda: _read_event(sandbox_id, "/home/ubuntu/zeros"))
+            assert event.data["complete"] is False and event.data["bytes"] < size
+            assert _read(client, sandbox_id, "/tmp/after").content == b"fine"
             client.delete(f"/api/v1/sandboxes/{sandbox_id}")
     finally:
         stop_live_server(server)

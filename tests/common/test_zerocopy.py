@@ -1,4 +1,4 @@
-"""Splicing a request body from a real loopback TCP socket into a real file (common.body_splice)."""
+"""Splicing a request body from a real loopback TCP socket into a real file (common.zerocopy)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from common import body_splice
-from common.body_splice import ClientGoneError, splice_body, splice_into
+from common import zerocopy
+from common.zerocopy import ClientGoneError, send_file, splice_body, splice_into
 
 
 class _Taken:
@@ -118,7 +118,7 @@ def test_a_client_that_stalls_is_dropped(connection: tuple[socket.socket, socket
     with (tmp_path / "file").open("wb") as file:
         taken = _Taken(server, b"", 2000)
         started = time.monotonic()
-        with pytest.raises(ClientGoneError, match=r"no part of the body arrived for 0\.5 s"):
+        with pytest.raises(ClientGoneError, match=r"no part of the body went through for 0\.5 s"):
             splice_body(taken, file.fileno(), threading.Event(), stall_seconds=0.5)
     assert 0.5 <= time.monotonic() - started < 5
     os.close(taken.fd)
@@ -134,7 +134,7 @@ def test_a_cancelled_splice_stops_its_thread_before_returning(
     async def cancel_midway() -> None:
         task = asyncio.create_task(splice_into(taken, target.fileno()))
         await asyncio.sleep(0.3)
-        assert body_splice._active == 1
+        assert zerocopy._active == 1
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -142,9 +142,9 @@ def test_a_cancelled_splice_stops_its_thread_before_returning(
     asyncio.run(cancel_midway())
     # The thread is done (no splice counted) and the body released as aborted, so the caller may
     # close the file at once.
-    assert body_splice._active == 0
+    assert zerocopy._active == 0
     assert taken.released == [True]
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("body-splice") and _busy(thread)]
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("zerocopy") and _busy(thread)]
     target.close()
 
 
@@ -168,3 +168,39 @@ def test_a_spliced_body_is_released_as_complete(
         assert asyncio.run(splice_into(taken, file.fileno())) == 3
     assert taken.released == [False]
     assert (tmp_path / "file").read_bytes() == b"abc"
+
+
+def test_a_file_is_sent_from_an_offset_and_a_shorter_one_ends_early(
+    connection: tuple[socket.socket, socket.socket], tmp_path: Path
+) -> None:
+    client, server = connection  # here the server side sends
+    data = os.urandom(6 * 1024 * 1024 + 3)
+    source = tmp_path / "source"
+    source.write_bytes(data)
+    received = bytearray()
+
+    def receive() -> None:
+        while part := client.recv(1 << 20):
+            received.extend(part)
+
+    reader = threading.Thread(target=receive)
+    reader.start()
+    progress = [0]
+    with source.open("rb") as file:
+        sent = send_file(server.fileno(), file.fileno(), 5, len(data) - 5, threading.Event(), progress)
+        # Asked for more than the file holds (it shrank since it was opened): what there is.
+        assert send_file(server.fileno(), file.fileno(), len(data) - 10, 100, threading.Event(), progress) == 10
+    server.shutdown(socket.SHUT_WR)
+    reader.join()
+    assert sent == len(data) - 5 and progress == [10]
+    assert bytes(received) == data[5:] + data[-10:]
+
+
+def test_a_reader_that_stalls_is_dropped(connection: tuple[socket.socket, socket.socket], tmp_path: Path) -> None:
+    _client, server = connection  # the client reads nothing
+    source = tmp_path / "source"
+    source.write_bytes(bytes(64 * 1024 * 1024))
+    progress = [0]
+    with source.open("rb") as file, pytest.raises(ClientGoneError, match=r"went through for 0\.5 s"):
+        send_file(server.fileno(), file.fileno(), 0, 64 * 1024 * 1024, threading.Event(), progress, stall_seconds=0.5)
+    assert 0 < progress[0] < 64 * 1024 * 1024, "what the socket buffers took, and no more"
