@@ -47,12 +47,18 @@ class _TakenBody:
             return
         self._released = True
         os.close(self.fd)
+        protocol = self._handle.protocol
         if aborted:
             # The client is gone or misbehaved: nobody to answer, and the connection is unusable.
             cycle = self._handle.cycle
             cycle.disconnected = True
             cycle.message_event.set()
-            self._handle.protocol.transport.close()
+            protocol.transport.close()
+        elif not protocol.transport.is_closing():
+            # Reading again takes in (and drops, see data_received) whatever the client sent after
+            # the body, and notices a disconnect. Closing a socket with unread bytes in it resets
+            # the connection, and the client could lose the answer to its upload.
+            protocol.flow.resume_reading()
 
 
 class _BodySocket:
