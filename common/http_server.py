@@ -132,7 +132,7 @@ class _FileSender:
         try:
             sent = await zerocopy.in_thread(
                 functools.partial(
-                    self._send, sock_fd, fd, offset, count, progress=progress, stall_seconds=self.stall_seconds
+                    zerocopy.send_file, sock_fd, fd, offset, count, progress=progress, stall_seconds=self.stall_seconds
                 )
             )
         except BaseException:
@@ -149,12 +149,6 @@ class _FileSender:
             cycle.disconnected = True
             transport.close()
         return sent
-
-    @staticmethod
-    def _send(
-        sock_fd: int, fd: int, offset: int, count: int, stop: Any, *, progress: list[int], stall_seconds: float
-    ) -> int:
-        return zerocopy.send_file(sock_fd, fd, offset, count, stop, progress, stall_seconds=stall_seconds)
 
 
 def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
