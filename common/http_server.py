@@ -34,6 +34,13 @@ from common.zerocopy import BODY_SOCKET, SEND_FILE, ClientGoneError
 PROTOCOL = "common.http_server:HttpProtocol"
 
 
+def _cut_off(protocol: HttpProtocol, cycle: RequestResponseCycle) -> None:
+    """End a request whose body could not go through: nobody to answer, and the connection unusable."""
+    cycle.disconnected = True
+    cycle.message_event.set()
+    protocol.transport.close()
+
+
 class _TakenBody:
     def __init__(self, handle: _BodySocket, fd: int, pending: bytes, remaining: int) -> None:
         self._handle = handle
@@ -49,11 +56,7 @@ class _TakenBody:
         os.close(self.fd)
         protocol = self._handle.protocol
         if aborted:
-            # The client is gone or misbehaved: nobody to answer, and the connection is unusable.
-            cycle = self._handle.cycle
-            cycle.disconnected = True
-            cycle.message_event.set()
-            protocol.transport.close()
+            _cut_off(protocol, self._handle.cycle)
         elif not protocol.transport.is_closing():
             # Reading again takes in (and drops, see data_received) whatever the client sent after
             # the body, and notices a disconnect. Closing a socket with unread bytes in it resets
@@ -138,16 +141,14 @@ class _FileSender:
         except BaseException:
             # Gone, stalled or cancelled: the body is cut short, and the connection with it.
             self.sent += progress[0]
-            cycle.disconnected = True
-            transport.close()
+            _cut_off(protocol, cycle)
             raise
         finally:
             os.close(sock_fd)
         self.sent += sent
         cycle.expected_content_length -= sent
         if sent < count:
-            cycle.disconnected = True
-            transport.close()
+            _cut_off(protocol, cycle)  # the file shrank: the promised length cannot be sent
         return sent
 
 
@@ -159,7 +160,7 @@ def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
 
 
 class HttpProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, offering each request's body socket (see the module doc)."""
+    """uvicorn's httptools protocol, offering each request's body socket and file sender (see the module doc)."""
 
     _body_socket: _BodySocket | None = None
 

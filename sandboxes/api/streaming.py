@@ -430,8 +430,8 @@ async def read_file_view(request: HttpRequest, principal: Principal, sandbox_id:
         )
     else:
         response = StreamingHttpResponse(chunks, content_type="application/octet-stream")
-    # The daemon sends exactly the size the file had when opened (see sandboxd op_read).
-    response["Content-Length"] = str(reader.size)
+        # The daemon sends exactly the size the file had when opened (see sandboxd op_read).
+        response["Content-Length"] = str(reader.size)
     response["Cache-Control"] = "no-store"
     return response
 
