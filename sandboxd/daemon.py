@@ -1174,6 +1174,11 @@ def _preload_http_client() -> None:
         import http.client  # noqa: F401
         import urllib.parse  # noqa: F401
 
+        # A process's first name lookup imports the IDNA codec (socket encodes every host name with
+        # it) and unicodedata: 2 ms inside a sandbox, on the exchange's connect, which the first
+        # command waits for. A numeric lookup is enough to load them and asks no resolver.
+        socket.getaddrinfo("127.0.0.1", None, 0, socket.SOCK_STREAM)
+
 
 def serve(config: DaemonConfig, sock: socket.socket, *, ready_fd: int | None = None) -> None:
     daemon = Daemon(config)
