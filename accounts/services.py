@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -73,8 +76,87 @@ def revoke_sandbox_tokens(*, sandbox_id: str) -> int:
     return revoked
 
 
+# How long an exchange that finds its answer prepared waits for the answer's transaction to commit.
+PREPARED_WAIT_SECONDS = 5.0
+
+
+class PreparedExchange:
+    """The answer to the first exchange of an identity token this process just signed and handed out.
+
+    A sandbox's first command waits for its exchange, and on a busy web process verifying the token,
+    looking its sandbox and creator up and writing the token row took several milliseconds. The one
+    that hands a sandbox its identity token knows all of that already (it is creating the sandbox, in
+    a transaction that writes the token row too). So it registers the answer here before the token
+    leaves (``prepare_exchange``) and settles it once that transaction has committed; the exchange
+    that presents exactly this token takes it (once) instead of doing the work again.
+
+    Nothing is given away that the exchange would not give: the presented token must be the very
+    one this process signed (compared by SHA-256) and unexpired, and the answer is the token the
+    exchange would have issued for it. Any other token, a second presentation, one whose answer was
+    withdrawn, or an exchange served by another process takes the ordinary path.
+    """
+
+    def __init__(self, subject_token: str, expires_at: float) -> None:
+        self.key = _subject_key(subject_token)
+        self.expires_at = expires_at
+        self.issued: IssuedToken | None = None
+        # Under _prepared_lock: an exchange found it (only one may), one answered with it, it was withdrawn.
+        self.claimed = self.used = self.withdrawn = False
+        self._settled = threading.Event()
+
+    def settle(self, issued: IssuedToken | None) -> None:
+        """The answer is committed (``issued``), or there is none (None: the exchange does the work)."""
+        self.issued = issued
+        self._settled.set()
+
+    def withdraw(self) -> IssuedToken | None:
+        """Offer it no more; its token unless an exchange answered with it (the caller then uses or
+        revokes it: the sandbox got its token some other way, or not at all)."""
+        with _prepared_lock:
+            if _prepared.get(self.key) is self:
+                del _prepared[self.key]
+            self.withdrawn = True
+            return None if self.used else self.issued
+
+
+_prepared: dict[bytes, PreparedExchange] = {}
+_prepared_lock = threading.Lock()
+
+
+def _subject_key(subject_token: str) -> bytes:
+    # A digest, so the lookup compares no secret byte by byte.
+    return hashlib.sha256(subject_token.encode()).digest()
+
+
+def prepare_exchange(*, subject_token: str, expires_at: float) -> PreparedExchange:
+    """Register the answer to ``subject_token``'s first exchange; settle it once it is committed."""
+    prepared = PreparedExchange(subject_token, expires_at)
+    with _prepared_lock:
+        _prepared[prepared.key] = prepared
+    return prepared
+
+
+def _take_prepared(subject_token: str) -> IssuedToken | None:
+    with _prepared_lock:
+        prepared = _prepared.pop(_subject_key(subject_token), None)
+        if prepared is None or prepared.claimed:
+            return None
+        prepared.claimed = True
+    settled = prepared._settled.wait(PREPARED_WAIT_SECONDS)
+    with _prepared_lock:
+        if settled and prepared.issued is not None and not prepared.withdrawn and time.time() < prepared.expires_at:
+            prepared.used = True
+            return prepared.issued
+    # Not committed in time, withdrawn, or the identity token expired: the ordinary path decides,
+    # and the unused token (if any) is left to whoever withdraws the answer.
+    return None
+
+
 def exchange_identity_token(*, subject_token: str) -> IssuedToken:
     """RFC 8693: a verified identity token of a live sandbox buys a short-lived read-only API token."""
+    prepared = _take_prepared(subject_token)
+    if prepared is not None:
+        return prepared
     claims = oidc.verify_identity_token(subject_token)
     # One transaction from the subject's lookup to the token: a resolver may wait in it for a
     # subject still being committed (a sandbox's create), and a token is only issued for what it saw.

@@ -2,16 +2,17 @@
 
 At start the sandbox's daemon presents an identity token (signed by this service's OIDC issuer) to the
 RFC 8693 exchange from inside the sandbox. When the sandbox cannot reach the service (no network on
-this host), the control plane performs the same exchange on its behalf and pushes the result, so the
+this host), the control plane pushes the token that exchange would have answered with, so the
 credential is identical either way. Renewal is the control plane's: a new token is issued before the
 old one expires and pushed through the daemon; the old one simply runs out.
 
 The first exchange runs in the background of the create (``start_provisioning``): the create answers
 as soon as the daemon holds new commands until the token is in place, so the exchange's round trip
 overlaps the client's next request instead of adding to the create, and the first exec still sees
-``SVC_API_KEY``. A create from the warm pool hands the exchange over even before it commits
-(``send_exchange``); the exchange waits for that commit. The sandbox's ``credentials`` detail fills
-in a few milliseconds later.
+``SVC_API_KEY``. The create hands the exchange over before it commits (``send_exchange``) and
+prepares its answer in the same transaction (``FirstExchange``, ``accounts.services.PreparedExchange``):
+the exchange waits for that commit and then answers without verifying, looking up or writing
+anything again. The sandbox's ``credentials`` detail fills in a few milliseconds later.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import copy
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -31,7 +33,14 @@ from django.utils import timezone
 
 from accounts import oidc
 from accounts.models import ApiToken, Organization
-from accounts.services import IssuedToken, exchange_identity_token, issue_sandbox_token, revoke_token
+from accounts.services import (
+    IssuedToken,
+    PreparedExchange,
+    exchange_identity_token,
+    issue_sandbox_token,
+    prepare_exchange,
+    revoke_token,
+)
 from audit.models import EventType
 from audit.services import record_event
 from sandboxes.daemon_client import DaemonClient, DaemonError, PendingExchange
@@ -106,33 +115,69 @@ def _push(sandbox: Sandbox, issued: IssuedToken) -> None:
     asyncio.run(client.update_credentials({"SVC_API_KEY": issued.raw, "SVC_BASE_URL": document["baseUrl"]}, document))
 
 
-def send_exchange(sandbox: Sandbox, client: DaemonClient) -> PendingExchange:
+@dataclass
+class FirstExchange:
+    """A sandbox's first exchange, handed to its daemon: its answer prepared in this process
+    (``accounts.services.PreparedExchange``) and what sending it gave (or the error it raised)."""
+
+    prepared: PreparedExchange
+    sent: PendingExchange | Exception
+
+    def issue(self, sandbox: Sandbox) -> IssuedToken:
+        """Issue the token the exchange answers with (in the caller's transaction); settle it with
+        ``settle`` once that transaction has committed."""
+        assert sandbox.created_by is not None
+        issued = issue_sandbox_token(user=sandbox.created_by, organization=sandbox.organization, sandbox_id=sandbox.pk)
+        self.prepared.issued = issued
+        return issued
+
+    def settle(self, *, committed: bool) -> None:
+        self.prepared.settle(self.prepared.issued if committed else None)
+
+    def abandon(self) -> None:
+        """The sandbox goes away before its provisioning started: nothing of the exchange stays."""
+        self.prepared.withdraw()
+        if isinstance(self.sent, PendingExchange):
+            self.sent.close()
+
+
+def send_exchange(sandbox: Sandbox, client: DaemonClient) -> FirstExchange:
     """Hand the daemon the sandbox's own exchange, without waiting for its answer.
 
-    A create from the warm pool calls this before its transaction commits the sandbox's row, so the
-    exchange's round trip overlaps the commit; the exchange waits for that commit
-    (``resolve_sandbox_subject``). ``start_provisioning`` then reads the daemon's ``accepted``.
+    A create from the warm pool calls this before its transaction commits the sandbox's row (and
+    the token the exchange answers with, ``FirstExchange.issue``), so the exchange's round trip
+    overlaps the commit; the exchange waits for that commit. ``start_provisioning`` then reads the
+    daemon's ``accepted``.
     """
     extra = {
         "organization": {"id": sandbox.organization_id, "slug": sandbox.organization.slug},
         "sandboxId": sandbox.pk,
         "userId": sandbox.created_by_id,
     }
-    return client.send_exchange(
-        url=f"{settings.SANDBOX_SERVICE_URL}/api/v1/auth/token-exchange",
-        identity_token=identity_token(sandbox),
-        base_url=settings.SANDBOX_SERVICE_URL,
-        config=extra,
-        timeout=ACCEPT_WAIT_SECONDS,
-    )
+    # Taken a second early, so the prepared answer never outlives the token it answers.
+    expires_at = time.time() + settings.SANDBOX_IDENTITY_TOKEN_SECONDS - 1
+    identity = identity_token(sandbox)
+    prepared = prepare_exchange(subject_token=identity, expires_at=expires_at)
+    sent: PendingExchange | Exception
+    try:
+        sent = client.send_exchange(
+            url=f"{settings.SANDBOX_SERVICE_URL}/api/v1/auth/token-exchange",
+            identity_token=identity,
+            base_url=settings.SANDBOX_SERVICE_URL,
+            config=extra,
+            timeout=ACCEPT_WAIT_SECONDS,
+        )
+    except Exception as exc:
+        sent = exc
+    return FirstExchange(prepared, sent)
 
 
-def _finish_provisioning(sandbox: Sandbox, begun: PendingExchange | Exception) -> str:
+def _finish_provisioning(sandbox: Sandbox, first: FirstExchange, begun: PendingExchange | Exception) -> str:
     """Wait for the sandbox's own exchange and record it; returns how ("sandbox" or "control-plane").
 
     Where the sandbox could not exchange its token (a host without user-mode networking, the
-    exchange refused, the daemon not taking it on), the control plane runs the same exchange for it
-    and pushes the result: the daemon keeps holding new commands for that push.
+    exchange refused, the daemon not taking it on), the control plane pushes the token the exchange
+    would have answered with: the daemon keeps holding new commands for that push.
     """
     if isinstance(begun, PendingExchange):
         try:
@@ -140,6 +185,10 @@ def _finish_provisioning(sandbox: Sandbox, begun: PendingExchange | Exception) -
         except DaemonError as exc:
             begun = exc
         else:
+            unused = first.prepared.withdraw()
+            if unused is not None:
+                # Another process answered the exchange with a token of its own: one live credential.
+                revoke_token(token=unused.token)
             # The token is in place and the sandbox's first command, usually sent right after the
             # create, is running now: the bookkeeping waits rather than compete with it.
             with _waiting_lock:
@@ -148,22 +197,30 @@ def _finish_provisioning(sandbox: Sandbox, begun: PendingExchange | Exception) -
             record_waiting(sandbox.pk)
             return "sandbox"
     if not isinstance(begun, DaemonError):
+        unused = first.prepared.withdraw()
+        if unused is not None:
+            revoke_token(token=unused.token)
         raise begun
     logger.info("sandbox %s could not exchange its own token (%s); the control plane does it", sandbox.pk, begun)
-    issued = exchange_identity_token(subject_token=identity_token(sandbox))
+    issued = first.prepared.withdraw()
+    if issued is None:
+        # The exchange was answered but the daemon failed to install the answer (or there was none
+        # to give): that token goes, a new exchange gives the one pushed.
+        if first.prepared.issued is not None:
+            revoke_token(token=first.prepared.issued.token)
+        issued = exchange_identity_token(subject_token=identity_token(sandbox))
     _push(sandbox, issued)
     _record_issued(sandbox, issued.token, via="control-plane")
     return "control-plane"
 
 
-def start_provisioning(sandbox: Sandbox, sent: PendingExchange | Exception | None = None) -> threading.Thread:
+def start_provisioning(sandbox: Sandbox, first: FirstExchange) -> threading.Thread:
     """Give a just-started sandbox its credentials, without waiting for them.
 
     Returns once the daemon holds new commands until they are in place (it took the sandbox's own
-    exchange on: one round trip on its socket, or the answer to the exchange already ``sent`` to it,
-    or the error sending it raised); a thread waits for the outcome and records it, or runs the
-    control plane's exchange instead. A failure is recorded on the sandbox (``credentials.error``)
-    and left to the refresh job.
+    ``first`` exchange on, sent and settled by the create); a thread waits for the outcome and
+    records it, or has the control plane push the token instead. A failure is recorded on the
+    sandbox (``credentials.error``) and left to the refresh job.
     """
     # A copy of its own (with the organization loaded): the create goes on changing and
     # serializing the caller's instance.
@@ -171,22 +228,19 @@ def start_provisioning(sandbox: Sandbox, sent: PendingExchange | Exception | Non
     sandbox = copy.copy(sandbox)
     begun: PendingExchange | Exception
     try:
-        if sent is None:
-            from sandboxes.services import daemon_client
-
-            sent = send_exchange(sandbox, daemon_client(sandbox))
-        if isinstance(sent, Exception):
-            raise sent
-        sent.accepted(ACCEPT_WAIT_SECONDS)
-        begun = sent
+        if isinstance(first.sent, Exception):
+            raise first.sent
+        first.sent.accepted(ACCEPT_WAIT_SECONDS)
+        begun = first.sent
     except Exception as exc:
-        # The thread decides: the control plane's exchange for a daemon that did not take it on,
-        # a recorded failure otherwise. The create goes on either way.
+        # The thread decides: the control plane's push for a daemon that did not take it on, a
+        # recorded failure otherwise. The create goes on either way.
         begun = exc
+    taken = first
 
     def run() -> None:
         try:
-            _finish_provisioning(sandbox, begun)
+            _finish_provisioning(sandbox, taken, begun)
         except Exception as exc:
             # The sandbox works without them; the failure is on its detail and the refresh job retries.
             logger.exception("sandbox %s: credentials could not be provisioned", sandbox.pk)

@@ -28,7 +28,7 @@ from common.errors import ApiError
 from common.principal import Principal
 from common.ttlcache import TtlCache
 from sandboxes import credentials
-from sandboxes.daemon_client import DaemonClient, PendingExchange, forget_kept
+from sandboxes.daemon_client import DaemonClient, forget_kept
 from sandboxes.models import ACTIVE_STATUSES, DestroyReason, Sandbox, SandboxStatus
 from sandboxes.pool import get_pool
 from sandboxes.runtime import get_runtime, parse_address
@@ -41,17 +41,16 @@ logger = logging.getLogger(__name__)
 STALE_CREATE = timedelta(minutes=2)
 
 
-def _reserve_slot(
-    *, principal: Principal, address: str
-) -> tuple[Sandbox, SandboxHandle | None, PendingExchange | Exception | None]:
-    """A slot, and a warm-pool sandbox for it when one is ready (the row then takes its id).
+def _reserve_slot(*, principal: Principal, address: str) -> tuple[Sandbox, credentials.FirstExchange | None]:
+    """A slot, and a warm-pool sandbox for it when one is ready (the row then takes its id; the
+    exchange handed to it is returned, None for a cold start).
 
     With a pool member the row is written as it ends up (running, where its daemon is) together
-    with the create's audit event: a create from the pool commits once. The member is handed its
-    credentials exchange before that commit (returned: what was sent, or why it could not be).
+    with the create's audit event and the token its credentials exchange answers with: a create from
+    the pool commits once. The member is handed that exchange before the commit (returned).
     """
     handle: SandboxHandle | None = None
-    exchange: PendingExchange | Exception | None = None
+    exchange: credentials.FirstExchange | None = None
     try:
         with transaction.atomic():
             # The row lock serializes creates per organization (PostgreSQL); SQLite's IMMEDIATE
@@ -94,22 +93,23 @@ def _reserve_slot(
             )
             if handle is not None:
                 # The exchange's round trip is what the sandbox's first command waits for: it starts
-                # now and overlaps the rest of this transaction, which it waits for (the organization's
-                # lock is held until the commit).
-                try:
-                    exchange = credentials.send_exchange(sandbox, DaemonClient(handle.address, handle.secret))
-                except Exception as exc:
-                    exchange = exc
+                # now and overlaps the rest of this transaction, which its answer waits for.
+                exchange = credentials.send_exchange(sandbox, DaemonClient(handle.address, handle.secret))
             sandbox.save(force_insert=True)
-            if handle is not None:
+            if exchange is not None:
                 _record_create(sandbox, principal, address)
+                # After the create's event, which the token's (issued at its creation) follows.
+                exchange.issue(sandbox)
     except BaseException:
-        if isinstance(exchange, PendingExchange):
-            exchange.close()
+        if exchange is not None:
+            exchange.settle(committed=False)
+            exchange.abandon()
         if handle is not None:
             get_runtime().destroy(handle.sandbox_id)
         raise
-    return sandbox, handle, exchange
+    if exchange is not None:
+        exchange.settle(committed=True)
+    return sandbox, exchange
 
 
 def _limits_record(handle: SandboxHandle) -> dict[str, Any]:
@@ -147,29 +147,36 @@ def _start_cold(sandbox: Sandbox, principal: Principal, address: str) -> None:
     sandbox.daemon_secret_encrypted = encrypt(handle.secret)
     sandbox.limits = _limits_record(handle)
     sandbox.last_activity_at = timezone.now()
-    # The exchange starts before the row says running (it accepts a sandbox still "creating"): its
-    # round trip is what the first command waits for.
-    credentials.start_provisioning(sandbox)
-    with transaction.atomic():
-        started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
-            status=SandboxStatus.RUNNING,
-            daemon_address=sandbox.daemon_address,
-            daemon_secret_encrypted=sandbox.daemon_secret_encrypted,
-            limits=sandbox.limits,
-            last_activity_at=sandbox.last_activity_at,
-        )
-        if started:
-            sandbox.status = SandboxStatus.RUNNING
-            _record_create(sandbox, principal, address)
+    # The exchange starts before the row says running: its round trip is what the first command
+    # waits for, and its answer waits for this transaction.
+    exchange = credentials.send_exchange(sandbox, DaemonClient(handle.address, handle.secret))
+    started = 0
+    try:
+        with transaction.atomic():
+            started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
+                status=SandboxStatus.RUNNING,
+                daemon_address=sandbox.daemon_address,
+                daemon_secret_encrypted=sandbox.daemon_secret_encrypted,
+                limits=sandbox.limits,
+                last_activity_at=sandbox.last_activity_at,
+            )
+            if started:
+                sandbox.status = SandboxStatus.RUNNING
+                _record_create(sandbox, principal, address)
+                exchange.issue(sandbox)
+    finally:
+        exchange.settle(committed=bool(started))
     if not started:
+        exchange.abandon()
         # Destroyed while it was starting: nothing may keep running for it.
         get_runtime().destroy(sandbox.pk)
         raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
+    credentials.start_provisioning(sandbox, exchange)
 
 
 def create_sandbox(*, principal: Principal, address: str = "") -> Sandbox:
-    sandbox, handle, exchange = _reserve_slot(principal=principal, address=address)
-    if handle is None:
+    sandbox, exchange = _reserve_slot(principal=principal, address=address)
+    if exchange is None:
         _start_cold(sandbox, principal, address)
     else:
         credentials.start_provisioning(sandbox, exchange)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -13,7 +14,7 @@ from accounts.models import ApiToken, hash_token
 from audit.models import AuditEvent, EventType
 from sandboxes.models import Sandbox
 from tests.conftest import Actor
-from tests.sandboxes.conftest import exec_lines, stdout_of
+from tests.sandboxes.conftest import exec_lines, stdout_of, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,8 +82,14 @@ def test_without_network_the_control_plane_exchanges_for_the_sandbox(enabled: ob
                 config = json.loads(stdout_of(exec_lines(client, sandbox_id, "cat ~/.svc.config")))
                 assert config["sandboxId"] == sandbox_id
                 assert stdout_of(exec_lines(client, sandbox_id, "printf %s $SVC_API_KEY")) == config["token"]
-                issued = AuditEvent.objects.get(sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED)
-                assert issued.data["via"] == "control-plane"
+                # Recorded once the push is done, by then the command may have run.
+                issued = wait_for(
+                    lambda: AuditEvent.objects.filter(
+                        sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED
+                    ).first(),
+                    timeout=5,
+                )
+                assert issued is not None and issued.data["via"] == "control-plane"
                 # With no network, the sandbox cannot use it, but nothing is silently missing.
                 assert client.get(f"/api/v1/sandboxes/{sandbox_id}").json()["credentials"]["error"] is None
             finally:
@@ -204,31 +211,34 @@ def test_the_audit_log_keeps_the_order_things_happened_in(api: httpx.Client) -> 
     api.delete(f"/api/v1/sandboxes/{sandbox_id}")
 
 
-@pytest.mark.parametrize("outcome", ["commit", "rollback"])
-def test_an_exchange_waits_for_the_create_of_its_sandbox(enabled: Actor, outcome: str) -> None:
-    """A create from the warm pool hands its sandbox the identity token before committing the row:
-    an exchange arriving meanwhile waits for that commit and gets a token, or is refused if the
-    create rolled back (never a token for a sandbox that does not exist)."""
-    import threading
-
-    from django.db import connections, transaction
+def _unsaved_sandbox(enabled: Actor, sandbox_id: str) -> Sandbox:
     from django.utils import timezone
 
-    from accounts import oidc
-    from accounts.models import Organization
-    from accounts.services import exchange_identity_token
-    from sandboxes import credentials
     from sandboxes.models import SandboxStatus
 
-    sandbox = Sandbox(
-        id="sbx_inflightcreate0000000000",
+    return Sandbox(
+        id=sandbox_id,
         organization=enabled.organization,
         created_by=enabled.user,
         status=SandboxStatus.RUNNING,
         runtime="local",
         last_activity_at=timezone.now(),
     )
-    identity = credentials.identity_token(sandbox)
+
+
+def _exchange_during_create(
+    identity: str, in_create: Callable[[], None], *, commit: bool, after: Callable[[bool], None] = lambda _: None
+) -> dict[str, Any]:
+    """Exchange ``identity`` while a create's transaction (``in_create``, then commit or rollback,
+    then ``after(committed)``) is still open; asserts the exchange waited for it. The exchange's
+    answer is ``issued``, or its refusal ``error``."""
+    import threading
+
+    from django.db import connections, transaction
+
+    from accounts import oidc
+    from accounts.services import exchange_identity_token
+
     in_transaction, release = threading.Event(), threading.Event()
     events: list[str] = []
 
@@ -237,16 +247,18 @@ def test_an_exchange_waits_for_the_create_of_its_sandbox(enabled: Actor, outcome
 
     def create() -> None:
         try:
-            with transaction.atomic():
-                Organization.objects.select_for_update().get(pk=enabled.organization.pk)
-                sandbox.save(force_insert=True)
-                in_transaction.set()
-                release.wait(10)
-                events.append("create ended")
-                if outcome == "rollback":
-                    raise RollbackError
-        except RollbackError:
-            pass
+            try:
+                with transaction.atomic():
+                    in_create()
+                    in_transaction.set()
+                    release.wait(10)
+                    events.append("create ended")
+                    if not commit:
+                        raise RollbackError
+            except RollbackError:
+                after(False)
+            else:
+                after(True)
         finally:
             connections.close_all()
 
@@ -272,6 +284,24 @@ def test_an_exchange_waits_for_the_create_of_its_sandbox(enabled: Actor, outcome
     creator.join(10)
     exchanger.join(10)
     assert events == ["create ended", "exchange answered"]
+    return result
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_an_exchange_waits_for_the_create_of_its_sandbox(enabled: Actor, outcome: str) -> None:
+    """A create hands its sandbox the identity token before committing the row: an exchange
+    arriving meanwhile waits for that commit and gets a token, or is refused if the create rolled
+    back (never a token for a sandbox that does not exist)."""
+    from accounts.models import Organization
+    from sandboxes import credentials
+
+    sandbox = _unsaved_sandbox(enabled, "sbx_inflightcreate0000000000")
+
+    def create() -> None:
+        Organization.objects.select_for_update().get(pk=enabled.organization.pk)
+        sandbox.save(force_insert=True)
+
+    result = _exchange_during_create(credentials.identity_token(sandbox), create, commit=outcome == "commit")
     if outcome == "commit":
         assert result["issued"].token.sandbox_id == sandbox.pk
         assert result["issued"].token.read_only
@@ -279,3 +309,69 @@ def test_an_exchange_waits_for_the_create_of_its_sandbox(enabled: Actor, outcome
         assert "issued" not in result
         assert "unknown" in str(result["error"])
         assert not ApiToken.objects.filter(sandbox_id=sandbox.pk).exists()
+
+
+@pytest.mark.parametrize("outcome", ["commit", "rollback"])
+def test_a_prepared_answer_waits_for_its_commit_and_is_given_once(enabled: Actor, outcome: str) -> None:
+    """The create prepares the answer to its sandbox's first exchange (the token row, in its own
+    transaction): the exchange of exactly that identity token waits for the commit and answers with
+    that token, once; after a rollback it is refused like any exchange of an unknown sandbox."""
+    from accounts.services import exchange_identity_token, issue_sandbox_token, prepare_exchange
+    from sandboxes import credentials
+
+    sandbox = _unsaved_sandbox(enabled, "sbx_preparedanswer0000000000")
+    identity = credentials.identity_token(sandbox)
+    prepared = prepare_exchange(subject_token=identity, expires_at=time.time() + 60)
+
+    def create() -> None:
+        sandbox.save(force_insert=True)
+        prepared.issued = issue_sandbox_token(
+            user=enabled.user, organization=enabled.organization, sandbox_id=sandbox.pk
+        )
+
+    def settle(committed: bool) -> None:
+        prepared.settle(prepared.issued if committed else None)
+
+    result = _exchange_during_create(identity, create, commit=outcome == "commit", after=settle)
+    if outcome == "commit":
+        assert prepared.issued is not None
+        assert result["issued"].raw == prepared.issued.raw
+        assert ApiToken.objects.filter(sandbox_id=sandbox.pk).count() == 1, "the exchange issued nothing more"
+        assert prepared.withdraw() is None, "an answer given is not the withdrawer's to revoke"
+        # Presented again, the token gets the ordinary exchange: a token of its own.
+        again = exchange_identity_token(subject_token=identity)
+        assert again.raw != prepared.issued.raw and again.token.sandbox_id == sandbox.pk
+    else:
+        assert "issued" not in result
+        assert "unknown" in str(result["error"])
+        assert not ApiToken.objects.filter(sandbox_id=sandbox.pk).exists()
+        assert prepared.withdraw() is None
+
+
+def test_a_prepared_answer_goes_only_to_its_own_unexpired_token(enabled: Actor) -> None:
+    """Another identity token of the same sandbox, or the prepared one once its answer has expired
+    or been withdrawn, takes the ordinary exchange; the withdrawer gets the unused token back."""
+    from accounts.services import exchange_identity_token, issue_sandbox_token, prepare_exchange
+    from sandboxes import credentials
+
+    sandbox = _unsaved_sandbox(enabled, "sbx_preparedanswer1111111111")
+    sandbox.save(force_insert=True)
+
+    def prepared_for(identity: str, expires_at: float) -> Any:
+        prepared = prepare_exchange(subject_token=identity, expires_at=expires_at)
+        issued = issue_sandbox_token(user=enabled.user, organization=enabled.organization, sandbox_id=sandbox.pk)
+        prepared.settle(issued)
+        return prepared
+
+    identity = credentials.identity_token(sandbox)
+    prepared = prepared_for(identity, time.time() + 60)
+    other = exchange_identity_token(subject_token=credentials.identity_token(sandbox))
+    assert other.raw != prepared.issued.raw
+    unused = prepared.withdraw()
+    assert unused is not None and unused.raw == prepared.issued.raw
+    assert exchange_identity_token(subject_token=identity).raw != prepared.issued.raw
+
+    stale_identity = credentials.identity_token(sandbox)
+    stale = prepared_for(stale_identity, time.time() - 1)
+    assert exchange_identity_token(subject_token=stale_identity).raw != stale.issued.raw
+    assert stale.withdraw() is stale.issued, "not given, so still the withdrawer's"
