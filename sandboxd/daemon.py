@@ -21,7 +21,6 @@ import hmac
 import io
 import json
 import os
-import queue
 import re
 import select
 import selectors
@@ -49,6 +48,7 @@ from sandboxd.protocol import (
     encode_json,
     parse_header,
 )
+from sandboxd.workers import Workers
 
 # typing costs start-up time inside every sandbox and only the type checker needs it.
 TYPE_CHECKING = False
@@ -1086,59 +1086,6 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         except BlockingIOError:
             # A PTY master shares O_NONBLOCK with the descriptor the output loop reads.
             select.select([], [fd], [], 1.0)
-
-
-class Workers:
-    """Threads that serve connections, kept between requests.
-
-    Starting a thread per connection costs the accepting thread a clone and a wait for the new
-    thread to run, a good part of a short exec's round trip. Idle workers wait for the next
-    connection instead; a connection that finds none idle gets a new one (requests such as an
-    interactive process hold their worker as long as they last, so the number is not capped), and
-    a worker idle for IDLE_SECONDS ends, so a burst leaves no crowd of threads behind.
-    """
-
-    IDLE_SECONDS = 30.0
-
-    def __init__(self, handle: Callable[[socket.socket], None]) -> None:
-        self._handle = handle
-        self._queue: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-
-    def dispatch(self, client: socket.socket) -> None:
-        with self._lock:
-            if self._idle:
-                self._idle -= 1
-                self._queue.put(client)
-                return
-        threading.Thread(target=self._run, args=(client,), name="worker", daemon=True).start()
-
-    def start_resident(self) -> None:
-        """A worker that waits for connections from now on and never retires: a new sandbox's first
-        request (its credentials exchange) and any later one then find a thread waiting."""
-        with self._lock:
-            self._idle += 1
-        threading.Thread(target=self._run, args=(None,), kwargs={"resident": True}, name="worker", daemon=True).start()
-
-    def _run(self, client: socket.socket | None, *, resident: bool = False) -> None:
-        while True:
-            if client is not None:
-                self._handle(client)
-                with self._lock:
-                    self._idle += 1
-            if resident:
-                client = self._queue.get()
-                continue
-            try:
-                client = self._queue.get(timeout=self.IDLE_SECONDS)
-            except queue.Empty:
-                with self._lock:
-                    # A connection may have been promised to this worker just as it timed out.
-                    if self._queue.empty():
-                        self._idle -= 1
-                        return
-                client = self._queue.get()
 
 
 def _post_form(url: str, form: dict[str, str], timeout: float) -> tuple[int, bytes]:

@@ -43,6 +43,7 @@ from accounts.services import (
 )
 from audit.models import EventType
 from audit.services import record_event
+from sandboxd.workers import Workers
 from sandboxes.daemon_client import DaemonClient, DaemonError, PendingExchange
 from sandboxes.models import ACTIVE_STATUSES, Sandbox, SandboxStatus
 
@@ -214,12 +215,17 @@ def _finish_provisioning(sandbox: Sandbox, first: FirstExchange, begun: PendingE
     return "control-plane"
 
 
-def start_provisioning(sandbox: Sandbox, first: FirstExchange) -> threading.Thread:
+# The threads that wait for first exchanges' outcomes, kept between creates: starting one waits until
+# it runs, which the create's answer would wait for (see sandboxd.workers).
+_provisioners = Workers(lambda job: job(), name="credentials")
+
+
+def start_provisioning(sandbox: Sandbox, first: FirstExchange) -> None:
     """Give a just-started sandbox its credentials, without waiting for them.
 
     Returns once the daemon holds new commands until they are in place (it took the sandbox's own
-    ``first`` exchange on, sent and settled by the create); a thread waits for the outcome and
-    records it, or has the control plane push the token instead. A failure is recorded on the
+    ``first`` exchange on, sent and settled by the create); a worker thread waits for the outcome
+    and records it, or has the control plane push the token instead. A failure is recorded on the
     sandbox (``credentials.error``) and left to the refresh job.
     """
     # A copy of its own (with the organization loaded): the create goes on changing and
@@ -246,12 +252,11 @@ def start_provisioning(sandbox: Sandbox, first: FirstExchange) -> threading.Thre
             logger.exception("sandbox %s: credentials could not be provisioned", sandbox.pk)
             Sandbox.objects.filter(pk=sandbox.pk).update(credentials_error=f"provisioning failed: {exc}"[:2000])
         finally:
-            # This thread's own database connections; nothing else would ever close them.
+            # This thread's own database connections: it may wait idle for a long time, and
+            # nothing else would ever close them.
             connections.close_all()
 
-    thread = threading.Thread(target=run, name=f"credentials-{sandbox.pk}", daemon=True)
-    thread.start()
-    return thread
+    _provisioners.dispatch(run)
 
 
 # Sandboxes whose own exchange succeeded and is not recorded yet (see _finish_provisioning).
