@@ -168,11 +168,40 @@ class FileDescriptorResponse(StreamingHttpResponse):
         self["Content-Length"] = str(size)
 
 
+def _start_message(response: HttpResponseBase) -> dict[str, Any]:
+    headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()]
+    headers += [
+        (b"Set-Cookie", cookie.output(header="").encode("ascii").strip()) for cookie in response.cookies.values()
+    ]
+    return {"type": "http.response.start", "status": response.status_code, "headers": headers}
+
+
+async def _send_streaming_response(response: StreamingHttpResponse, send: Send) -> None:
+    """A streamed response, each part of its content one message.
+
+    Django's ASGI handler cuts every part into 64 KiB messages, and the server frames and writes
+    each: a megabyte of an exec's output (one NDJSON line) became sixteen messages, sixteen copies
+    and sixteen writes. Parts are sent whole here; the views that stream already bound their size.
+    """
+    await send(_start_message(response))
+    content = aiter(response)
+    try:
+        async for part in content:
+            if part:
+                await send({"type": "http.response.body", "body": bytes(part), "more_body": True})
+    finally:
+        # Closed at once, as Django's own sending does: a stream given up midway ends its work now,
+        # not when it is collected.
+        aclose = getattr(content, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 async def _send_file_response(response: FileDescriptorResponse, sender: zerocopy.FileSender, send: Send) -> None:
     complete = False
     try:
-        headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in response.items()]
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send(_start_message(response))
         if response.size:
             await sender.send_file(response.fd, 0, response.size)
         complete = sender.sent == response.size
@@ -372,8 +401,10 @@ class DirectAsgi:
             try:
                 if isinstance(response, FileDescriptorResponse) and sender is not None and zerocopy.can_transfer():
                     await _send_file_response(response, sender, send)
+                elif isinstance(response, StreamingHttpResponse):
+                    await _send_streaming_response(response, _JoinedEnd(send))
                 else:
-                    await self.app.send_response(response, _JoinedEnd(send) if response.streaming else send)
+                    await self.app.send_response(response, send)
             except asyncio.CancelledError:
                 pass  # the client went away while the response was being sent
             return response

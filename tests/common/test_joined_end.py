@@ -1,4 +1,4 @@
-"""The fast path sends a stream's last part and its end as one message, and nothing later."""
+"""The fast path sends a stream's parts whole, its last part and its end as one message, and nothing later."""
 
 from __future__ import annotations
 
@@ -62,3 +62,47 @@ async def test_a_failed_send_is_reported_to_the_next_one() -> None:
     await asyncio.sleep(0.01)
     with pytest.raises(ClientGoneError):
         await send({"type": "http.response.body"})
+
+
+async def test_a_streamed_part_goes_out_whole_and_a_cancelled_send_closes_the_stream() -> None:
+    from django.http import StreamingHttpResponse
+
+    from common.fastpath import _send_streaming_response
+
+    big = b"x" * (1 << 20)  # an exec's coalesced output: one NDJSON line of a megabyte
+    closed: list[bool] = []
+
+    async def content() -> Any:
+        try:
+            yield big
+            yield b""  # nothing to send for an empty part
+            yield b"end\n"
+        finally:
+            closed.append(True)
+
+    sent = _Recorder()
+    response = StreamingHttpResponse(content(), content_type="application/x-ndjson")
+    await _send_streaming_response(response, sent)
+    start, *bodies = [m for _, m in sent.messages]
+    assert start["status"] == 200 and (b"Content-Type", b"application/x-ndjson") in start["headers"]
+    assert bodies == [_body(big, True), _body(b"end\n", True), _body(b"", False)]
+    assert closed == [True]
+
+    # A client that goes away cancels the sending (common.fastpath's disconnect listener), here
+    # while the server waits to write the first part.
+    async def stalled(message: Mapping[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()
+
+    closed.clear()
+    sending = asyncio.ensure_future(_send_streaming_response(StreamingHttpResponse(content()), stalled))
+    await asyncio.sleep(0.05)
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    # As with Django's own sending, the view's generator is finalized once the response is let go
+    # (at once, its last reference gone), its close then run by the event loop.
+    del sending
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert closed == [True], "the view's stream (and the command behind it) stops with the client"
