@@ -179,9 +179,10 @@ def _start_message(response: HttpResponseBase) -> dict[str, Any]:
 async def _send_streaming_response(response: StreamingHttpResponse, send: Send) -> None:
     """A streamed response, each part of its content one message.
 
-    Django's ASGI handler cuts every part into 64 KiB messages, and the server frames and writes
-    each: a megabyte of an exec's output (one NDJSON line) became sixteen messages, sixteen copies
-    and sixteen writes. Parts are sent whole here; the views that stream already bound their size.
+    Django's ASGI handler cuts every part into messages of at most its ``chunk_size`` (1 MiB here,
+    config/asgi.py), each a copy: an exec's coalesced output (a mebibyte of data, one NDJSON line)
+    is a little longer than that, and was copied and sent in two. Parts are sent whole here; the
+    views that stream already bound their size.
     """
     await send(_start_message(response))
     content = aiter(response)
