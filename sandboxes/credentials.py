@@ -242,11 +242,10 @@ def start_provisioning(sandbox: Sandbox, first: FirstExchange) -> None:
         # The thread decides: the control plane's push for a daemon that did not take it on, a
         # recorded failure otherwise. The create goes on either way.
         begun = exc
-    taken = first
 
     def run() -> None:
         try:
-            _finish_provisioning(sandbox, taken, begun)
+            _finish_provisioning(sandbox, first, begun)
         except Exception as exc:
             # The sandbox works without them; the failure is on its detail and the refresh job retries.
             logger.exception("sandbox %s: credentials could not be provisioned", sandbox.pk)

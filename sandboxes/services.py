@@ -150,7 +150,6 @@ def _start_cold(sandbox: Sandbox, principal: Principal, address: str) -> None:
     # The exchange starts before the row says running: its round trip is what the first command
     # waits for, and its answer waits for this transaction.
     exchange = credentials.send_exchange(sandbox, DaemonClient(handle.address, handle.secret))
-    started = 0
     try:
         with transaction.atomic():
             started = Sandbox.objects.filter(pk=sandbox.pk, status=SandboxStatus.CREATING).update(
@@ -164,8 +163,11 @@ def _start_cold(sandbox: Sandbox, principal: Principal, address: str) -> None:
                 sandbox.status = SandboxStatus.RUNNING
                 _record_create(sandbox, principal, address)
                 exchange.issue(sandbox)
-    finally:
-        exchange.settle(committed=bool(started))
+    except BaseException:
+        exchange.settle(committed=False)
+        exchange.abandon()
+        raise
+    exchange.settle(committed=bool(started))
     if not started:
         exchange.abandon()
         # Destroyed while it was starting: nothing may keep running for it.
