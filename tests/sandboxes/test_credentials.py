@@ -375,3 +375,42 @@ def test_a_prepared_answer_goes_only_to_its_own_unexpired_token(enabled: Actor) 
     stale = prepared_for(stale_identity, time.time() - 1)
     assert exchange_identity_token(subject_token=stale_identity).raw != stale.issued.raw
     assert stale.withdraw() is stale.issued, "not given, so still the withdrawer's"
+
+
+def test_an_exchange_answered_by_another_web_process_leaves_one_live_token(
+    enabled: Actor, transactional_db: None
+) -> None:
+    """With several web processes, a sandbox's exchange may reach one that did not create it: that
+    one issues a token of its own, and the creator revokes the answer it had prepared. The sandbox
+    ends with one live token, the one it installed. Here every exchange goes to the other process:
+    the creating one gives its sandboxes the other's address (its port forwarded into them)."""
+    from tests.live import start_live_server, stop_live_server
+
+    other = start_live_server()
+    # One deployment: the same issuer (its base URL) and signing keys, the database shared.
+    creator = start_live_server({"BASE_URL": other.url, "SANDBOX_SERVICE_URL": other.url, "PORT": str(other.port)})
+    created: list[str] = []
+    try:
+        with httpx.Client(base_url=creator.url, headers=enabled.auth, timeout=60) as client:
+            for _ in range(3):
+                created.append(client.post("/api/v1/sandboxes").json()["id"])
+            for sandbox_id in created:
+                installed = stdout_of(exec_lines(client, sandbox_id, "printf %s $SVC_API_KEY"))
+                # The creator records the outcome a moment after it, revoking what it prepared.
+                wait_for(
+                    lambda sandbox_id=sandbox_id: AuditEvent.objects.filter(  # type: ignore[misc]
+                        sandbox_id=sandbox_id, event_type=EventType.CREDENTIALS_ISSUED, data__via="sandbox"
+                    ).exists(),
+                    timeout=10,
+                )
+                tokens = ApiToken.objects.filter(sandbox_id=sandbox_id)
+                assert tokens.count() == 2, "the other process issued its own token"
+                live = tokens.filter(revoked_at__isnull=True)
+                assert list(live.values_list("token_hash", flat=True)) == [hash_token(installed)]
+                assert client.get("/api/v1/me", headers={"Authorization": f"Bearer {installed}"}).status_code == 200
+    finally:
+        with httpx.Client(base_url=creator.url, headers=enabled.auth, timeout=60) as client:
+            for sandbox_id in created:
+                client.delete(f"/api/v1/sandboxes/{sandbox_id}")
+        stop_live_server(creator)
+        stop_live_server(other)
