@@ -383,12 +383,12 @@ def test_an_exchange_answered_by_another_web_process_leaves_one_live_token(
     """With several web processes, a sandbox's exchange may reach one that did not create it: that
     one issues a token of its own, and the creator revokes the answer it had prepared. The sandbox
     ends with one live token, the one it installed. Here every exchange goes to the other process:
-    the creating one gives its sandboxes the other's address (its port forwarded into them)."""
+    the creating one gives its sandboxes the other's address, and forwards that port into them."""
     from tests.live import start_live_server, stop_live_server
 
     other = start_live_server()
     # One deployment: the same issuer (its base URL) and signing keys, the database shared.
-    creator = start_live_server({"BASE_URL": other.url, "SANDBOX_SERVICE_URL": other.url, "PORT": str(other.port)})
+    creator = start_live_server({"BASE_URL": other.url, "SANDBOX_SERVICE_URL": other.url})
     created: list[str] = []
     try:
         with httpx.Client(base_url=creator.url, headers=enabled.auth, timeout=60) as client:
