@@ -100,8 +100,8 @@ class PreparedExchange:
         self.key = _subject_key(subject_token)
         self.expires_at = expires_at
         self.issued: IssuedToken | None = None
-        # Under _prepared_lock: an exchange found it (only one may), one answered with it, it was withdrawn.
-        self.claimed = self.used = self.withdrawn = False
+        # Under _prepared_lock: an exchange answered with it; it was withdrawn.
+        self.used = self.withdrawn = False
         self._settled = threading.Event()
 
     def settle(self, issued: IssuedToken | None) -> None:
@@ -137,11 +137,11 @@ def prepare_exchange(*, subject_token: str, expires_at: float) -> PreparedExchan
 
 
 def _take_prepared(subject_token: str) -> IssuedToken | None:
+    # Popped: only the first exchange that presents the token finds it.
     with _prepared_lock:
         prepared = _prepared.pop(_subject_key(subject_token), None)
-        if prepared is None or prepared.claimed:
-            return None
-        prepared.claimed = True
+    if prepared is None:
+        return None
     settled = prepared._settled.wait(PREPARED_WAIT_SECONDS)
     with _prepared_lock:
         if settled and prepared.issued is not None and not prepared.withdrawn and time.time() < prepared.expires_at:

@@ -124,22 +124,31 @@ class FirstExchange:
     prepared: PreparedExchange
     sent: PendingExchange | Exception
 
-    def issue(self, sandbox: Sandbox) -> IssuedToken:
-        """Issue the token the exchange answers with (in the caller's transaction); settle it with
-        ``settle`` once that transaction has committed."""
+    def issue(self, sandbox: Sandbox) -> None:
+        """Issue the token the exchange answers with, in the caller's transaction; ``settle`` once
+        that transaction has committed (``abandon`` if it did not)."""
         assert sandbox.created_by is not None
-        issued = issue_sandbox_token(user=sandbox.created_by, organization=sandbox.organization, sandbox_id=sandbox.pk)
-        self.prepared.issued = issued
-        return issued
+        self.prepared.issued = issue_sandbox_token(
+            user=sandbox.created_by, organization=sandbox.organization, sandbox_id=sandbox.pk
+        )
 
-    def settle(self, *, committed: bool) -> None:
-        self.prepared.settle(self.prepared.issued if committed else None)
+    def settle(self) -> None:
+        self.prepared.settle(self.prepared.issued)
 
     def abandon(self) -> None:
-        """The sandbox goes away before its provisioning started: nothing of the exchange stays."""
+        """The sandbox goes away before its provisioning started: nothing of the exchange stays (an
+        exchange waiting for the answer takes the ordinary path, which refuses it)."""
+        self.prepared.settle(None)
         self.prepared.withdraw()
         if isinstance(self.sent, PendingExchange):
             self.sent.close()
+
+    def revoke_unused(self) -> None:
+        """Offer the answer no more, and revoke its token unless an exchange gave it out: the
+        sandbox got a token elsewhere (another web process answered), or got none."""
+        unused = self.prepared.withdraw()
+        if unused is not None:
+            revoke_token(token=unused.token)
 
 
 def send_exchange(sandbox: Sandbox, client: DaemonClient) -> FirstExchange:
@@ -186,10 +195,8 @@ def _finish_provisioning(sandbox: Sandbox, first: FirstExchange, begun: PendingE
         except DaemonError as exc:
             begun = exc
         else:
-            unused = first.prepared.withdraw()
-            if unused is not None:
-                # Another process answered the exchange with a token of its own: one live credential.
-                revoke_token(token=unused.token)
+            # Another process may have answered the exchange with a token of its own: one live credential.
+            first.revoke_unused()
             # The token is in place and the sandbox's first command, usually sent right after the
             # create, is running now: the bookkeeping waits rather than compete with it.
             with _waiting_lock:
@@ -198,9 +205,7 @@ def _finish_provisioning(sandbox: Sandbox, first: FirstExchange, begun: PendingE
             record_waiting(sandbox.pk)
             return "sandbox"
     if not isinstance(begun, DaemonError):
-        unused = first.prepared.withdraw()
-        if unused is not None:
-            revoke_token(token=unused.token)
+        first.revoke_unused()
         raise begun
     logger.info("sandbox %s could not exchange its own token (%s); the control plane does it", sandbox.pk, begun)
     issued = first.prepared.withdraw()

@@ -102,13 +102,12 @@ def _reserve_slot(*, principal: Principal, address: str) -> tuple[Sandbox, crede
                 exchange.issue(sandbox)
     except BaseException:
         if exchange is not None:
-            exchange.settle(committed=False)
             exchange.abandon()
         if handle is not None:
             get_runtime().destroy(handle.sandbox_id)
         raise
     if exchange is not None:
-        exchange.settle(committed=True)
+        exchange.settle()
     return sandbox, exchange
 
 
@@ -164,15 +163,14 @@ def _start_cold(sandbox: Sandbox, principal: Principal, address: str) -> None:
                 _record_create(sandbox, principal, address)
                 exchange.issue(sandbox)
     except BaseException:
-        exchange.settle(committed=False)
         exchange.abandon()
         raise
-    exchange.settle(committed=bool(started))
     if not started:
         exchange.abandon()
         # Destroyed while it was starting: nothing may keep running for it.
         get_runtime().destroy(sandbox.pk)
         raise ApiError(status_code=409, code="sandbox_destroyed", message="The sandbox was destroyed while starting.")
+    exchange.settle()
     credentials.start_provisioning(sandbox, exchange)
 
 
